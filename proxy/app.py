@@ -1,0 +1,333 @@
+"""``build_app(config)``: the proxy's handlers, middleware and lifetimes, wired; no globals.
+
+Everything a request needs hangs off the application (``STATE``), and everything derived from
+one configuration hangs off ``Runtime``, which a reload replaces in one assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from proxy.auth import KeyRing
+from proxy.config import Config
+from proxy.errors import (
+    BodyTooLarge,
+    InvalidRequest,
+    NotFound,
+    ProxyError,
+    ServiceUnavailable,
+    UpstreamError,
+    UpstreamTimeout,
+    to_openai_error,
+)
+from proxy.exchange import Exchange
+from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
+from proxy.relay import relay_stream, relay_whole
+from proxy.request import parse_request, upstream_body
+from proxy.routing import allowed_models, resolve_model
+from proxy.upstream import Target, UpstreamClient, target_for, upstream_path
+
+log = logging.getLogger("proxy")
+
+_REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+_ENDPOINTS: Final = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/models": "models",
+}
+
+
+class Observer(Protocol):
+    """Sees every client request start and finish (metrics, the access log)."""
+
+    def started(self, exchange: Exchange) -> None: ...
+
+    def finished(self, exchange: Exchange) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """Everything derived from one configuration."""
+
+    config: Config
+    keyring: KeyRing
+    targets: Mapping[str, Target]
+    loaded_at: int
+
+    @classmethod
+    def from_config(cls, config: Config) -> Runtime:
+        targets = {name: target_for(provider) for name, provider in config.providers.items()}
+        return cls(config, KeyRing(config.teams), targets, int(time.time()))
+
+
+@dataclass(slots=True)
+class State:
+    runtime: Runtime
+    observers: Sequence[Observer] = ()
+    client: UpstreamClient | None = None
+    ready: bool = False
+    extra_routes: list[web.RouteDef] = field(default_factory=list)
+
+
+STATE: Final = web.AppKey("state", State)
+EXCHANGE: Final = "proxy.exchange"  # request-scoped key of the Exchange
+
+
+def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> web.Response:
+    status, body = to_openai_error(exc)
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+def _request_id(request: web.Request) -> str:
+    given = request.headers.get("X-Request-Id")
+    if given is not None and _REQUEST_ID.match(given):
+        return given
+    return secrets.token_hex(16)
+
+
+def _http_error(exc: web.HTTPException) -> ProxyError:
+    if exc.status == 404:
+        return NotFound(f"Unknown path: no route for this URL ({exc.status})", code="unknown_url")
+    if exc.status == 405:
+        return InvalidRequest("Method not allowed for this URL", code="method_not_allowed")
+    if exc.status == 413:
+        return BodyTooLarge("The request body is too large")
+    return InvalidRequest(exc.reason or "Bad request")
+
+
+@web.middleware
+async def exchange_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Give each API request its Exchange and turn every failure into CANONICAL.md 4's shape."""
+    state = request.app[STATE]
+    endpoint = _ENDPOINTS.get(request.path)
+    if endpoint is None and not request.path.startswith("/v1/"):
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return error_response(_http_error(exc))
+    loop = asyncio.get_running_loop()
+    exchange = Exchange(_request_id(request), endpoint or "other", loop.time())
+    request[EXCHANGE] = exchange
+    for observer in state.observers:
+        observer.started(exchange)
+    response: web.StreamResponse
+    try:
+        response = await handler(request)
+    except ProxyError as exc:
+        response = _failed(exchange, exc)
+    except web.HTTPException as exc:
+        response = _failed(exchange, _http_error(exc))
+    except asyncio.CancelledError:
+        # aiohttp cancels the handler when the client disconnects (handler_cancellation).
+        exchange.client_disconnected = True
+        raise
+    except Exception:
+        log.exception("request %s failed", exchange.request_id)
+        response = _failed(exchange, ProxyError("The proxy failed to handle the request"))
+    finally:
+        exchange.ended = loop.time()
+        for observer in state.observers:
+            observer.finished(exchange)
+    if not exchange.status:
+        exchange.status = response.status
+    if not response.prepared:
+        response.headers["X-Request-Id"] = exchange.request_id
+    return response
+
+
+def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
+    exchange.status = exc.http_status
+    exchange.error_type = exc.error_type
+    if isinstance(exc, UpstreamError):
+        exchange.upstream_error = exc.kind
+    headers = None
+    retry_after = getattr(exc, "retry_after", None)
+    if exchange.status == 429 and retry_after is not None:
+        headers = {"Retry-After": str(max(1, round(retry_after)))}
+    return error_response(exc, headers)
+
+
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The request body, refusing more than ``limit`` bytes and clients slower than ``seconds``."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes")
+    chunks = []
+    size = 0
+    try:
+        async with asyncio.timeout(seconds):
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(
+                        f"The request body is larger than the limit of {limit} bytes"
+                    )
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise InvalidRequest(
+            f"The request body did not arrive within {seconds:g} s", code="request_timeout"
+        ) from exc
+    return b"".join(chunks)
+
+
+async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+    state = request.app[STATE]
+    runtime = state.runtime
+    config = runtime.config
+    exchange: Exchange = request[EXCHANGE]
+    loop = asyncio.get_running_loop()
+
+    team = runtime.keyring.identify(request.headers.get("Authorization"))
+    exchange.team = team.name
+    raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
+    client_request = parse_request(raw, endpoint)
+    exchange.stream = client_request.stream
+    model = resolve_model(config, team, client_request.model)
+    exchange.model = model.name
+
+    deployment = model.deployments[0]
+    provider = config.providers[deployment.provider]
+    exchange.provider = provider.name
+    path = upstream_path(provider.dialect, endpoint)
+    if path is None:
+        raise InvalidRequest(
+            f"The model '{model.name}' does not serve {request.path}",
+            param="model",
+            code="unsupported_endpoint",
+        )
+    ctx = RequestContext(
+        endpoint=endpoint,
+        model=client_request.model,
+        created=int(time.time()),
+        include_usage=client_request.include_usage,
+        max_tokens=client_request.max_tokens,
+        reasoning=model.reasoning,
+        dialect=provider.dialect,
+        n=client_request.n,
+        prompt_chars=client_request.prompt_chars,
+    )
+    body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
+    timeouts = provider.timeouts
+    family = API_FAMILIES[provider.api]
+    assert state.client is not None
+    started = loop.time()
+    deadline = started + timeouts.total
+    try:
+        async with asyncio.timeout_at(min(started + timeouts.first_byte, deadline)):
+            upstream = await state.client.send(
+                runtime.targets[provider.name],
+                path,
+                body,
+                stream=client_request.stream,
+                connect_timeout=timeouts.connect,
+            )
+    except TimeoutError as exc:
+        raise UpstreamTimeout(
+            f"The upstream did not answer within {timeouts.first_byte:g} s"
+        ) from exc
+    finally:
+        exchange.upstream_wait += loop.time() - started
+    if client_request.stream:
+        headers = {"X-Request-Id": exchange.request_id}
+        return await relay_stream(
+            request, upstream, family, ctx, exchange, timeouts, deadline, headers
+        )
+    return await relay_whole(upstream, family, ctx, exchange, timeouts, deadline)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _completion(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _completion(request, "completions")
+
+
+async def list_models(request: web.Request) -> web.Response:
+    runtime = request.app[STATE].runtime
+    team = runtime.keyring.identify(request.headers.get("Authorization"))
+    exchange: Exchange = request[EXCHANGE]
+    exchange.team = team.name
+    config = runtime.config
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": runtime.loaded_at,
+            "owned_by": config.models[name].deployments[0].provider,
+        }
+        for name in allowed_models(config, team)
+    ]
+    return web.Response(
+        body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if not request.app[STATE].ready:
+        return error_response(
+            ServiceUnavailable("The proxy is not ready (starting or shutting down)")
+        )
+    return web.json_response({"status": "ready"})
+
+
+async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
+    # One pooled keep-alive session per process (per worker); its lifetime is the app's.
+    connector = aiohttp.TCPConnector(
+        limit=1024, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
+    )
+    session = aiohttp.ClientSession(connector=connector, auto_decompress=True, trust_env=False)
+    state = app[STATE]
+    state.client = UpstreamClient(session)
+    state.ready = True
+    try:
+        yield
+    finally:
+        state.ready = False
+        state.client = None
+        await session.close()
+
+
+def build_app(
+    config: Config,
+    *,
+    observers: Sequence[Observer] = (),
+    extra_routes: Sequence[web.RouteDef] = (),
+) -> web.Application:
+    """The proxy as an aiohttp application for ``config``."""
+    # The body limit is enforced by read_body with a proper error; aiohttp's own stays out of it.
+    app = web.Application(
+        middlewares=[exchange_middleware], client_max_size=config.server.max_body_bytes + 1
+    )
+    app[STATE] = State(Runtime.from_config(config), observers=observers)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_routes(extra_routes)
+    app.cleanup_ctx.append(_upstream_session)
+    return app

@@ -1,0 +1,180 @@
+"""``llm-proxy``: serve, check-config, hash-key, emulate, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from proxy.config import hash_key, load_config
+from proxy.errors import ConfigError
+from proxy.routing import describe_routes
+from proxy.server import Listen, run, serve, serve_worker
+
+# Shipped in the package (a link to config/demo.yaml in the repository).
+DEMO_CONFIG = Path(__file__).resolve().parent / "demo.yaml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llm-proxy", description="An OpenAI-compatible LLM gateway."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve_cmd = commands.add_parser("serve", help="run the proxy")
+    serve_cmd.add_argument("--config", required=True, type=Path, help="the YAML configuration file")
+    serve_cmd.add_argument("--host", help="listen address (default: server.host)")
+    serve_cmd.add_argument("--port", type=int, help="listen port (default: server.port)")
+    serve_cmd.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
+
+    check = commands.add_parser(
+        "check-config", help="validate a configuration and print its routes"
+    )
+    check.add_argument("config", type=Path)
+
+    hash_cmd = commands.add_parser(
+        "hash-key", help="print sha256:<hex> of a team key, for the config"
+    )
+    hash_cmd.add_argument("key")
+
+    emulate = commands.add_parser(
+        "emulate", help="serve recorded provider answers (no keys, no network)"
+    )
+    emulate.add_argument("--host", default="127.0.0.1")
+    emulate.add_argument("--port", type=int, default=9100)
+    emulate.add_argument(
+        "--recordings", type=Path, help="a directory of recordings (default: built in)"
+    )
+    emulate.add_argument(
+        "--chunk-delay", type=float, default=0.0, help="seconds between stream events"
+    )
+
+    demo = commands.add_parser("demo", help="run the emulator and the proxy on config/demo.yaml")
+    demo.add_argument("--port", type=int, default=8080, help="the proxy's port")
+    demo.add_argument("--emulator-port", type=int, default=9100)
+    return parser
+
+
+def _print_problems(path: Path, error: ConfigError) -> None:
+    print(f"{path}: invalid configuration", file=sys.stderr)
+    for problem in error.problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
+def _check_config(path: Path) -> int:
+    try:
+        config = load_config(path)
+    except ConfigError as error:
+        _print_problems(path, error)
+        return 2
+    print(f"{path}: OK")
+    for line in describe_routes(config):
+        print(f"  {line}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:
+        _print_problems(args.config, error)
+        return 2
+    workers = args.workers if args.workers is not None else config.server.workers
+    if workers < 1:
+        print("--workers must be at least 1", file=sys.stderr)
+        return 2
+    listen = Listen(
+        args.config,
+        args.host or config.server.host,
+        args.port if args.port is not None else config.server.port,
+        workers,
+    )
+    return serve(listen)
+
+
+def _emulate(args: argparse.Namespace) -> int:
+    from proxy.emulator import run_emulator
+
+    print(f"emulator listening on http://{args.host}:{args.port}", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        run(lambda: run_emulator(args.host, args.port, args.recordings, args.chunk_delay))
+    return 0
+
+
+def _demo_text(port: int) -> str:
+    base = f"http://127.0.0.1:{port}/v1"
+    return f"""
+The proxy is running on {base} in front of the offline emulator (config/demo.yaml).
+
+  curl {base}/chat/completions \\
+    -H "Authorization: Bearer sk-demo" -H "Content-Type: application/json" \\
+    -d '{{"model": "gpt-4o-mini", "stream": true,
+         "messages": [{{"role": "user", "content": "Hi"}}]}}'
+
+  from openai import OpenAI
+  client = OpenAI(base_url="{base}", api_key="sk-demo")
+  for chunk in client.chat.completions.create(
+      model="llama-3.1-8b", stream=True, messages=[{{"role": "user", "content": "Hi"}}]
+  ):
+      print(chunk.choices[0].delta.content or "" if chunk.choices else "", end="")
+
+Models: gpt-4o-mini (OpenAI), llama-3.1-8b (FriendliAI), sabia-4 (Maritaca),
+gpt-5-nano (Azure), llama-3.3-70b (Groq), deepseek-r1 (DeepSeek). Ctrl-C stops.
+"""
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from proxy.emulator import run_emulator
+
+    config_path = DEMO_CONFIG
+    try:
+        load_config(config_path, {"EMULATOR_URL": f"http://127.0.0.1:{args.emulator_port}"})
+    except ConfigError as error:
+        _print_problems(config_path, error)
+        return 2
+    for port in (args.port, args.emulator_port):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                print(
+                    f"port {port} is already in use; pick another with --port/--emulator-port",
+                    file=sys.stderr,
+                )
+                return 2
+    os.environ["EMULATOR_URL"] = f"http://127.0.0.1:{args.emulator_port}"
+    listen = Listen(config_path, "127.0.0.1", args.port, 1)
+
+    async def both() -> None:
+        emulator = asyncio.create_task(run_emulator("127.0.0.1", args.emulator_port))
+        try:
+            await serve_worker(
+                listen, reuse_port=False, ready=lambda: print(_demo_text(args.port), flush=True)
+            )
+        finally:
+            emulator.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await emulator
+
+    with contextlib.suppress(KeyboardInterrupt):
+        run(both)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = _parser().parse_args(argv)
+    if args.command == "check-config":
+        sys.exit(_check_config(args.config))
+    if args.command == "hash-key":
+        print(hash_key(args.key))
+        sys.exit(0)
+    if args.command == "serve":
+        sys.exit(_serve(args))
+    if args.command == "emulate":
+        sys.exit(_emulate(args))
+    sys.exit(_demo(args))

@@ -1,0 +1,184 @@
+"""The proxy's one exception tree, and its one mapping to OpenAI error bodies.
+
+    ProxyError                      status  type
+    ├── InvalidRequest              400     invalid_request_error
+    │   ├── BodyTooLarge            413     invalid_request_error
+    │   ├── NotFound                404     invalid_request_error
+    │   └── ModelNotFound           404     invalid_request_error (code model_not_found)
+    ├── AuthenticationFailed        401     authentication_error
+    ├── PermissionDenied            403     permission_error
+    ├── RateLimited                 429     rate_limit_error
+    ├── ServiceUnavailable          503     service_unavailable
+    └── UpstreamError               502     upstream_error
+        ├── UpstreamConnectError    502     upstream_error   (kind "connect")
+        ├── UpstreamTimeout         504     timeout_error    (kind "timeout")
+        ├── UpstreamProtocolError   502     upstream_error   (kind "protocol")
+        └── UpstreamStatusError     the upstream's 4xx, 429 as rate_limit_error, else 502
+                                                             (kind "status")
+
+    ConfigError                     not an HTTP error: a configuration file's problems, all at once
+
+Foreign exceptions (aiohttp, asyncio timeouts, orjson) are translated where they enter, in
+``upstream.py`` and ``relay.py``; ``to_openai_error`` is the only place that turns an exception
+into a status and an ``ErrorResponse`` body (CANONICAL.md section 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ProxyError(Exception):
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    @property
+    def http_status(self) -> int:
+        return self.status
+
+    @property
+    def error_type(self) -> str:
+        return self.type
+
+
+class InvalidRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class BodyTooLarge(InvalidRequest):
+    status = 413
+
+
+class NotFound(InvalidRequest):
+    status = 404
+
+
+class ModelNotFound(NotFound):
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model '{model}' does not exist", param="model", code="model_not_found"
+        )
+
+
+class AuthenticationFailed(ProxyError):
+    status = 401
+    type = "authentication_error"
+
+
+class PermissionDenied(ProxyError):
+    status = 403
+    type = "permission_error"
+
+
+class RateLimited(ProxyError):
+    status = 429
+    type = "rate_limit_error"
+
+
+class ServiceUnavailable(ProxyError):
+    status = 503
+    type = "service_unavailable"
+
+
+class UpstreamError(ProxyError):
+    """Anything that went wrong on the way to, or coming back from, a provider."""
+
+    status = 502
+    type = "upstream_error"
+    kind: ClassVar[str] = "protocol"
+
+
+class UpstreamConnectError(UpstreamError):
+    kind = "connect"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    type = "timeout_error"
+    kind = "timeout"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream sent what cannot be made canonical (bad framing, bad JSON, oversize)."""
+
+    kind = "protocol"
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered with an error status, or an error object in a stream.
+
+    The upstream's own 4xx keeps its status and message (CANONICAL.md section 4); a 429 is
+    the client's rate limit error; anything else is a 502.
+    """
+
+    kind = "status"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        upstream_status: int,
+        upstream_type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.upstream_status = upstream_status
+        self.upstream_type = upstream_type
+        self.retry_after = retry_after
+
+    @property
+    def http_status(self) -> int:
+        if self.upstream_status == 429 or 400 <= self.upstream_status < 500:
+            return self.upstream_status
+        return 502
+
+    @property
+    def error_type(self) -> str:
+        status = self.http_status
+        if status == 429:
+            return "rate_limit_error"
+        if status == 502:
+            return "upstream_error"
+        # A provider's own 4xx keeps the provider's type when it gave a plain string one.
+        return self.upstream_type or _TYPE_BY_STATUS.get(status, "invalid_request_error")
+
+
+_TYPE_BY_STATUS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+}
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; ``problems`` holds every ``path: what`` line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def error_body(exc: ProxyError) -> dict[str, Any]:
+    """The ``ErrorResponse`` object for ``exc`` (also the payload of a mid-stream error event)."""
+    return {
+        "error": {
+            "message": exc.message,
+            "type": exc.error_type,
+            "param": exc.param,
+            "code": exc.code,
+        }
+    }
+
+
+def to_openai_error(exc: ProxyError) -> tuple[int, dict[str, Any]]:
+    """The one mapping from an exception of this tree to an HTTP status and body."""
+    return exc.http_status, error_body(exc)

@@ -1,0 +1,49 @@
+"""One client request as metering, metrics and the access log see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.usage import Usage
+
+# Label values for requests that never got as far as a configured team, model or provider:
+# metric labels stay bounded whatever keys and model names clients make up.
+UNKNOWN_TEAM = "unknown"
+UNKNOWN_MODEL = "unknown"
+NO_PROVIDER = "none"
+
+
+@dataclass(slots=True)
+class Exchange:
+    request_id: str
+    endpoint: str  # "chat", "completions", "models"
+    started: float  # loop.time() when the request arrived
+    team: str = UNKNOWN_TEAM
+    model: str = UNKNOWN_MODEL  # a configured model name, never one a client made up
+    provider: str = NO_PROVIDER
+    stream: bool = False
+    status: int = 0  # the HTTP status sent; 200 for a stream that later ended in an error event
+    error_type: str | None = None  # the OpenAI error type the client saw, if any
+    upstream_error: str | None = (
+        None  # kind of upstream failure: connect, timeout, status, protocol
+    )
+    usage: Usage | None = None
+    fixes: frozenset[str] = field(default_factory=frozenset)
+    upstream_wait: float = 0.0  # seconds spent waiting for the upstream
+    client_wait: float = 0.0  # seconds spent waiting for the client to take what was written
+    first_token_at: float | None = None  # loop.time() of the first content byte sent
+    ended: float = 0.0
+    client_disconnected: bool = False
+
+    @property
+    def duration(self) -> float:
+        return self.ended - self.started
+
+    @property
+    def overhead(self) -> float:
+        """Time spent in the proxy itself: the whole minus waiting on either side."""
+        return max(0.0, self.duration - self.upstream_wait - self.client_wait)
+
+    @property
+    def status_class(self) -> str:
+        return f"{self.status // 100}xx" if self.status else "none"

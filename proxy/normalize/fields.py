@@ -1,0 +1,174 @@
+"""Field-level rewrites shared by the stream and whole-response normalizers."""
+
+from __future__ import annotations
+
+import secrets
+import string
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proxy.errors import UpstreamStatusError
+from proxy.normalize.tables import (
+    CHAT_LOGPROBS_KEYS,
+    COMPLETION_LOGPROBS_KEYS,
+    ERROR_FINISH_REASONS,
+    FINISH_REASONS,
+    NO_FINISH_REASON,
+    REASONING_KEYS,
+    SERVICE_TIERS,
+)
+
+Endpoint = Literal["chat", "completions"]
+
+_ALNUM = string.ascii_letters + string.digits
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the normalizer needs to know of the request it answers."""
+
+    endpoint: Endpoint
+    model: str  # the model name the client sent: every object carries it
+    created: int  # when the request arrived, Unix seconds
+    include_usage: bool = False  # the client asked stream_options.include_usage
+    max_tokens: int | None = None  # the request's token limit, to tell "length" from "stop"
+    reasoning: bool = True  # False: the model's config drops reasoning_content
+    dialect: str = "openai"
+    n: int = 1  # choices the client asked for; with 1, any upstream choice index means choice 0
+    prompt_chars: int = 0  # size of the prompt, for an estimate when the upstream counts nothing
+
+
+def make_id(endpoint: Endpoint) -> str:
+    return ("chatcmpl-" if endpoint == "chat" else "cmpl-") + secrets.token_hex(16)
+
+
+def make_call_id() -> str:
+    return "call_" + "".join(secrets.choice(_ALNUM) for _ in range(24))
+
+
+def plausible_created(value: object) -> int | None:
+    """Unix seconds from an upstream ``created``, or None when it is no plausible time.
+
+    Floats are floored (SambaNova); milli-, micro- and nanoseconds are scaled down (Friendli's
+    usage chunk carries nanoseconds); 0 (Azure's opener, Anthropic's compat layer) is no time.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = int(value)
+    if seconds > 10**17:
+        seconds //= 10**9
+    elif seconds > 10**14:
+        seconds //= 10**6
+    elif seconds > 10**11:
+        seconds //= 10**3
+    # Anything before 1973 is a counter or a placeholder, not a creation time.
+    return seconds if seconds >= 10**8 else None
+
+
+def canonical_finish_reason(value: object) -> str | None:
+    """The canonical finish_reason for an upstream value; None for "not finished yet".
+
+    Unknown strings become "stop": the choice did finish, and the schema allows only its enum.
+    """
+    if value is None or not isinstance(value, str):
+        return None
+    if value.lower() in NO_FINISH_REASON:
+        return None
+    return FINISH_REASONS.get(value, FINISH_REASONS.get(value.lower(), "stop"))
+
+
+def is_error_finish(value: object) -> bool:
+    return isinstance(value, str) and value in ERROR_FINISH_REASONS
+
+
+def split_content(content: object) -> tuple[str | None, str | None, bool]:
+    """(text, reasoning, was_parts) from a content value that may be an array of parts.
+
+    Mistral's magistral models send ``[{type: "thinking", thinking: [{type: "text", text}]},
+    {type: "text", text}]``: text parts are the content, thinking parts are reasoning.
+    """
+    if content is None or isinstance(content, str):
+        return content, None, False
+    if not isinstance(content, list):
+        return None, None, True
+    text: list[str] = []
+    thinking: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            text.append(part)
+        elif isinstance(part, dict):
+            kind = part.get("type")
+            if kind == "thinking":
+                inner = part.get("thinking")
+                t, _, _ = split_content(inner)
+                if isinstance(inner, str):
+                    thinking.append(inner)
+                elif t:
+                    thinking.append(t)
+            elif isinstance(part.get("text"), str):
+                text.append(part["text"])
+    return ("".join(text) if text else None), ("".join(thinking) if thinking else None), True
+
+
+def take_reasoning(source: dict[str, Any]) -> tuple[str | None, bool]:
+    """The reasoning text of a delta or message, whichever key spells it, and whether it moved.
+
+    ``reasoning_details`` (OpenRouter) repeats what ``reasoning`` says, so it is never read.
+    """
+    for key in REASONING_KEYS:
+        value = source.get(key)
+        if isinstance(value, str):
+            return value, key != "reasoning_content"
+    return None, False
+
+
+def chat_logprobs(value: object) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    out = {
+        key: value.get(key) if isinstance(value.get(key), list) else None
+        for key in CHAT_LOGPROBS_KEYS
+    }
+    return out if out["content"] is not None or out["refusal"] is not None else None
+
+
+def completion_logprobs(value: object) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    out = {key: value[key] for key in COMPLETION_LOGPROBS_KEYS if isinstance(value.get(key), list)}
+    return out or None
+
+
+def service_tier(value: object) -> str | None:
+    return value if isinstance(value, str) and value in SERVICE_TIERS else None
+
+
+def upstream_error(error: object, status: int = 502) -> UpstreamStatusError:
+    """The exception for an upstream ``error`` value, in any envelope it came.
+
+    OpenAI: ``{message, type, param, code}``; OpenRouter: ``code`` an int and the kind in
+    ``metadata.error_type``; some servers send a bare string.
+    """
+    if isinstance(error, str):
+        return UpstreamStatusError(error or "upstream error", upstream_status=status)
+    if not isinstance(error, dict):
+        return UpstreamStatusError("upstream error", upstream_status=status)
+    message = error.get("message")
+    if not isinstance(message, str) or not message:
+        message = "upstream error"
+    code = error.get("code")
+    kind = error.get("type")
+    if not isinstance(kind, str):
+        metadata = error.get("metadata")
+        kind = metadata.get("error_type") if isinstance(metadata, dict) else None
+    param = error.get("param")
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
+        # OpenRouter puts the HTTP status of the failure in code (429 for a rate limit).
+        status = code
+    return UpstreamStatusError(
+        message,
+        upstream_status=status,
+        upstream_type=kind if isinstance(kind, str) else None,
+        param=param if isinstance(param, str) else None,
+        code=str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
+    )

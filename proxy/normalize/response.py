@@ -1,0 +1,281 @@
+"""The whole-response normalizer for every OpenAI-compatible upstream (sans-IO).
+
+CANONICAL.md section 1: strict keys, the envelope repaired, ``message.role`` assistant,
+``content`` a string or null, ``refusal`` present, ``tool_calls`` only when there are any,
+``finish_reason`` never null, ``usage`` always present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.errors import UpstreamProtocolError
+from proxy.normalize import legacy
+from proxy.normalize.fields import (
+    RequestContext,
+    canonical_finish_reason,
+    chat_logprobs,
+    completion_logprobs,
+    is_error_finish,
+    make_call_id,
+    make_id,
+    plausible_created,
+    service_tier,
+    split_content,
+    take_reasoning,
+    upstream_error,
+)
+from proxy.normalize.tables import (
+    FIX_CONTENT_PARTS,
+    FIX_ENVELOPE,
+    FIX_EXTRAS,
+    FIX_FINISH_REASON,
+    FIX_FINISH_SYNTHESIZED,
+    FIX_REASONING,
+    FIX_TOOL_CALLS,
+    FIX_USAGE,
+    STOP_MEANS_TOOL_CALLS,
+)
+from proxy.usage import Usage, canonical_usage, estimated_usage, usage_value
+
+_RESPONSE_KEYS = frozenset(
+    {"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"}
+)
+_CHAT_CHOICE_KEYS = frozenset({"index", "message", "logprobs", "finish_reason"})
+_MESSAGE_KEYS = frozenset(
+    {"role", "content", "refusal", "tool_calls", "function_call", "annotations"}
+)
+_COMPLETION_REASONS = frozenset({"stop", "length", "content_filter"})
+
+
+@dataclass(frozen=True, slots=True)
+class Normalized:
+    body: bytes
+    usage: Usage
+    fixes: frozenset[str]
+
+
+def normalize_response(raw: bytes, ctx: RequestContext) -> Normalized:
+    """The canonical body for an upstream's 200 answer; raises ``UpstreamError`` otherwise."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamProtocolError("The upstream answered with a body that is not JSON") from exc
+    if not isinstance(body, dict):
+        raise UpstreamProtocolError("The upstream answered with JSON that is not an object")
+    if ctx.dialect != "openai":
+        body = legacy.adapt_response(body, ctx)
+    choices = body.get("choices")
+    if body.get("error") and not choices:
+        raise upstream_error(body["error"])
+    if not isinstance(choices, list) or not choices:
+        raise UpstreamProtocolError("The upstream answered without any choice")
+    return _Builder(ctx).build(body, choices)
+
+
+class _Builder:
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        self.fixes: set[str] = set()
+        self.text_chars = 0
+        self.text_events = 0
+
+    def build(self, body: dict[str, Any], choices: list[Any]) -> Normalized:
+        ctx = self.ctx
+        if not body.keys() <= _RESPONSE_KEYS:
+            self.fixes.add(FIX_EXTRAS)
+        raw_usage = body.get("usage")
+        if raw_usage is None and isinstance(body.get("x_groq"), dict):
+            raw_usage = body["x_groq"].get("usage")
+        usage = canonical_usage(raw_usage)
+        if usage is not None and usage.keys() != raw_usage.keys():  # type: ignore[union-attr]
+            self.fixes.add(FIX_USAGE)
+
+        chat = ctx.endpoint == "chat"
+        out_choices = []
+        for position, raw in enumerate(choices):
+            if not isinstance(raw, dict):
+                raise UpstreamProtocolError(
+                    "The upstream answered with a choice that is not an object"
+                )
+            index = raw.get("index")
+            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+                index = position
+                self.fixes.add(FIX_ENVELOPE)
+            choice = self._chat_choice(raw, usage) if chat else self._completion_choice(raw, usage)
+            choice["index"] = index
+            out_choices.append(choice)
+
+        if usage is not None:
+            value = usage_value(usage)
+        else:
+            value = estimated_usage(ctx.prompt_chars, self.text_chars, self.text_events)
+            usage = {
+                "prompt_tokens": value.prompt_tokens,
+                "completion_tokens": value.completion_tokens,
+                "total_tokens": value.total_tokens,
+            }
+            self.fixes.add(FIX_USAGE)
+
+        out = self._envelope(body, "chat.completion" if chat else "text_completion")
+        out["choices"] = out_choices
+        out["usage"] = usage
+        return Normalized(orjson.dumps(out), value, frozenset(self.fixes))
+
+    def _envelope(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
+        upstream_id = body.get("id")
+        created = plausible_created(body.get("created"))
+        if body.get("object") != kind or not upstream_id or created is None:
+            self.fixes.add(FIX_ENVELOPE)
+        out: dict[str, Any] = {
+            "id": upstream_id
+            if isinstance(upstream_id, str) and upstream_id
+            else make_id(self.ctx.endpoint),
+            "object": kind,
+            "created": created if created is not None else self.ctx.created,
+            "model": self.ctx.model,
+        }
+        fingerprint = body.get("system_fingerprint")
+        if isinstance(fingerprint, str) and fingerprint:
+            out["system_fingerprint"] = fingerprint
+        tier = service_tier(body.get("service_tier"))
+        if tier is not None and kind == "chat.completion":
+            out["service_tier"] = tier
+        return out
+
+    def _finish(self, raw: dict[str, Any], has_calls: bool, usage: dict[str, Any] | None) -> str:
+        value = raw.get("finish_reason")
+        if is_error_finish(value):
+            raise upstream_error(
+                raw.get("error") or f"The upstream stopped with finish_reason '{value}'"
+            )
+        reason = canonical_finish_reason(value)
+        if reason is None:
+            self.fixes.add(FIX_FINISH_SYNTHESIZED)
+            limit = self.ctx.max_tokens
+            if has_calls:
+                reason = "tool_calls"
+            elif limit is not None and usage is not None and usage["completion_tokens"] >= limit:
+                reason = "length"
+            else:
+                reason = "stop"
+        elif reason != value:
+            self.fixes.add(FIX_FINISH_REASON)
+        if has_calls and value in STOP_MEANS_TOOL_CALLS:
+            reason = "tool_calls"
+        return reason
+
+    def _chat_choice(self, raw: dict[str, Any], usage: dict[str, Any] | None) -> dict[str, Any]:
+        if not raw.keys() <= _CHAT_CHOICE_KEYS:
+            self.fixes.add(FIX_EXTRAS)
+        message = raw.get("message")
+        if not isinstance(message, dict):
+            raise UpstreamProtocolError("The upstream answered with a choice without a message")
+        if not message.keys() <= _MESSAGE_KEYS | {"reasoning_content"}:
+            self.fixes.add(FIX_EXTRAS)
+        content = message.get("content")
+        thinking = None
+        if content is not None and not isinstance(content, str):
+            content, thinking, _ = split_content(content)
+            self.fixes.add(FIX_CONTENT_PARTS)
+        reasoning, moved = take_reasoning(message)
+        if moved:
+            self.fixes.add(FIX_REASONING)
+        if thinking:
+            reasoning = reasoning + thinking if reasoning else thinking
+        refusal = message.get("refusal")
+        refusal = refusal if isinstance(refusal, str) else None
+
+        out: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+        for text in (content, reasoning, refusal):
+            if text:
+                self.text_chars += len(text)
+                self.text_events += 1
+        if reasoning and self.ctx.reasoning:
+            out["reasoning_content"] = reasoning
+        tool_calls = self._tool_calls(message.get("tool_calls"))
+        if tool_calls:
+            out["tool_calls"] = tool_calls
+        function_call = message.get("function_call")
+        if isinstance(function_call, dict):
+            name, arguments = function_call.get("name"), function_call.get("arguments")
+            if isinstance(name, str) and isinstance(arguments, str):
+                out["function_call"] = {"name": name, "arguments": arguments}
+        annotations = _annotations(message.get("annotations"))
+        if annotations:
+            out["annotations"] = annotations
+        return {
+            "index": 0,
+            "message": out,
+            "logprobs": chat_logprobs(raw.get("logprobs")),
+            "finish_reason": self._finish(raw, bool(tool_calls), usage),
+        }
+
+    def _tool_calls(self, raw: object) -> list[dict[str, Any]]:
+        if isinstance(raw, dict):
+            raw = [raw]
+            self.fixes.add(FIX_TOOL_CALLS)
+        if not isinstance(raw, list):
+            return []
+        calls = []
+        for call in raw:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                self.fixes.add(FIX_TOOL_CALLS)
+                continue
+            arguments = function.get("arguments")
+            if isinstance(arguments, dict | list):
+                arguments = orjson.dumps(arguments).decode()
+                self.fixes.add(FIX_TOOL_CALLS)
+            elif not isinstance(arguments, str):
+                arguments = ""
+            call_id = call.get("id")
+            if not isinstance(call_id, str) or not call_id:
+                call_id = make_call_id()
+                self.fixes.add(FIX_TOOL_CALLS)
+            self.text_chars += len(arguments)
+            calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": function["name"], "arguments": arguments},
+                }
+            )
+        return calls
+
+    def _completion_choice(
+        self, raw: dict[str, Any], usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        text = raw.get("text")
+        if not isinstance(text, str):
+            raise UpstreamProtocolError("The upstream answered with a choice without text")
+        self.text_chars += len(text)
+        self.text_events += 1
+        reason = self._finish(raw, False, usage)
+        if reason not in _COMPLETION_REASONS:
+            reason = "stop"
+        return {
+            "index": 0,
+            "text": text,
+            "logprobs": completion_logprobs(raw.get("logprobs")),
+            "finish_reason": reason,
+        }
+
+
+def _annotations(raw: object) -> list[dict[str, Any]]:
+    """OpenAI's url_citation annotations, with only the keys its schema defines."""
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or item.get("type") != "url_citation":
+            continue
+        citation = item.get("url_citation")
+        if isinstance(citation, dict):
+            keys = ("end_index", "start_index", "url", "title")
+            if all(key in citation for key in keys):
+                out.append({"type": "url_citation", "url_citation": {k: citation[k] for k in keys}})
+    return out

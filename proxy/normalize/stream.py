@@ -1,0 +1,550 @@
+"""The tolerant stream normalizer for every OpenAI-compatible upstream (sans-IO).
+
+Events go in (``feed``), canonical SSE frames come out, ready to write (CANONICAL.md section 2):
+
+- the envelope (``id``, ``object``, ``created``, ``model``) is fixed on the first chunk and kept;
+- each choice gets ``role`` once, on its first chunk; empty and opener chunks are dropped;
+- ``finish_reason`` is held back until the upstream ends, then sent on one last chunk per
+  choice: that is the only way to keep it off every chunk but the last when an upstream sends
+  text after (or together with) its finish chunk;
+- usage is read from wherever it hides, never passed on in place, and shown once, right before
+  ``[DONE]``, only to a client that asked for it;
+- an upstream error object becomes one error event, and the stream ends there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.errors import ProxyError, UpstreamProtocolError, error_body
+from proxy.normalize import legacy
+from proxy.normalize.fields import (
+    RequestContext,
+    canonical_finish_reason,
+    chat_logprobs,
+    completion_logprobs,
+    is_error_finish,
+    make_call_id,
+    make_id,
+    plausible_created,
+    split_content,
+    take_reasoning,
+    upstream_error,
+)
+from proxy.normalize.tables import (
+    FIX_CONTENT_PARTS,
+    FIX_CUT_SHORT,
+    FIX_EMPTY_CHUNK,
+    FIX_ENVELOPE,
+    FIX_ERROR_EVENT,
+    FIX_EXTRAS,
+    FIX_FINISH_REASON,
+    FIX_FINISH_SYNTHESIZED,
+    FIX_REASONING,
+    FIX_ROLE,
+    FIX_TOOL_CALLS,
+    FIX_USAGE,
+    STOP_MEANS_TOOL_CALLS,
+)
+from proxy.sse import DONE_FRAME, Event, encode_data, is_done
+from proxy.usage import Usage, canonical_usage, estimated_usage, usage_value
+
+_CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "system_fingerprint"})
+_CHAT_CHOICE_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})
+_COMPLETION_CHOICE_KEYS = frozenset({"index", "text", "logprobs", "finish_reason"})
+_DELTA_KEYS = ("role", "content", "reasoning_content", "refusal", "function_call")
+
+
+class _Failed:
+    """A choice whose finish_reason announced a failure (OpenRouter "error")."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _Call:
+    index: int  # dense, from 0, per choice
+    id: str | None
+    emitted: bool = False
+    pending: list[str] = field(default_factory=list)  # arguments seen before the name
+
+
+@dataclass(slots=True)
+class _Choice:
+    role_sent: bool = False
+    finish: str | None = None
+    calls: dict[object, _Call] = field(default_factory=dict)
+    last_call: _Call | None = None
+
+
+class StreamNormalizer:
+    """One streamed response: ``feed`` each upstream event, ``finish`` at the upstream's EOF."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        self.fixes: set[str] = set()
+        self.error: ProxyError | None = None
+        self.ended = False  # the client's stream is complete ([DONE] or error event sent)
+        self._chat = ctx.endpoint == "chat"
+        self._object = "chat.completion.chunk" if self._chat else "text_completion"
+        self._id: str | None = None
+        self._created: int | None = None
+        self._fingerprint: str | None = None
+        self._choices: dict[int, _Choice] = {}
+        self._usage: dict[str, Any] | None = None
+        self._complete = False  # a legacy dialect's own "this was the last event"
+        self._text_chars = 0
+        self._text_events = 0
+
+    # -- input ---------------------------------------------------------------------------
+
+    def feed(self, event: Event) -> list[bytes]:
+        if self.ended:
+            return []
+        data = event.data
+        if is_done(data):
+            return self._end(done=True)
+        if not data.strip():
+            return []
+        try:
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return self.fail(UpstreamProtocolError("The upstream sent an event that is not JSON"))
+        if not isinstance(payload, dict):
+            return self.fail(
+                UpstreamProtocolError("The upstream sent an event that is not an object")
+            )
+        if event.event == "error" or (payload.get("type") == "error" and "error" in payload):
+            self.fixes.add(FIX_ERROR_EVENT)
+            return self.fail(upstream_error(payload.get("error", payload)))
+        if self.ctx.dialect != "openai":
+            adapted, complete = legacy.adapt_event(payload, self.ctx)
+            self._complete = self._complete or complete
+            if adapted is not payload:
+                self.fixes.add(legacy.FIX)
+            if adapted is None:
+                return []
+            payload = adapted
+        return self._chunk(payload)
+
+    def finish(self) -> list[bytes]:
+        """The upstream's body ended (with or without ``[DONE]``)."""
+        if self.ended:
+            return []
+        return self._end(done=self._complete)
+
+    def fail(self, exc: ProxyError) -> list[bytes]:
+        """End the client's stream with one error event (CANONICAL.md section 4)."""
+        if self.ended:
+            return []
+        self.ended = True
+        self.error = exc
+        return [encode_data(orjson.dumps(error_body(exc)))]
+
+    # -- results -------------------------------------------------------------------------
+
+    @property
+    def usage(self) -> Usage:
+        """What the request consumed: the upstream's counts, else an estimate marked as one."""
+        if self._usage is not None:
+            return usage_value(self._usage)
+        return estimated_usage(self.ctx.prompt_chars, self._text_chars, self._text_events)
+
+    # -- one chunk -----------------------------------------------------------------------
+
+    def _chunk(self, payload: dict[str, Any]) -> list[bytes]:
+        error = payload.get("error")
+        if error:
+            # HTTP 200 then {"error": {...}}, or OpenRouter's error chunk with a fake choice.
+            self.fixes.add(FIX_ERROR_EVENT)
+            return self.fail(upstream_error(error))
+        if FIX_EXTRAS not in self.fixes and not payload.keys() <= _CHUNK_KEYS:
+            self.fixes.add(FIX_EXTRAS)
+        self._take_usage(payload)
+        self._take_envelope(payload)
+
+        choices = payload.get("choices")
+        out: list[dict[str, Any]] = []
+        if isinstance(choices, list):
+            for raw in choices:
+                if isinstance(raw, dict):
+                    choice = self._chat_choice(raw) if self._chat else self._completion_choice(raw)
+                    if isinstance(choice, _Failed):
+                        message = f"The upstream stopped with finish_reason '{choice.reason}'"
+                        return self.fail(upstream_error(raw.get("error") or message))
+                    if choice is not None:
+                        out.append(choice)
+        if not out:
+            if choices:
+                self.fixes.add(FIX_EMPTY_CHUNK)
+            return []
+        return [encode_data(orjson.dumps(self._envelope(out)))]
+
+    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        if self._id is None:
+            self._id = make_id(self.ctx.endpoint)
+        if self._created is None:
+            self._created = self.ctx.created
+        chunk: dict[str, Any] = {
+            "id": self._id,
+            "object": self._object,
+            "created": self._created,
+            "model": self.ctx.model,
+        }
+        if self._fingerprint is not None:
+            chunk["system_fingerprint"] = self._fingerprint
+        chunk["choices"] = choices
+        return chunk
+
+    def _take_envelope(self, payload: dict[str, Any]) -> None:
+        if payload.get("object") != self._object:
+            self.fixes.add(FIX_ENVELOPE)
+        if self._id is None:
+            upstream_id = payload.get("id")
+            if isinstance(upstream_id, str) and upstream_id:
+                self._id = upstream_id
+            else:
+                self.fixes.add(FIX_ENVELOPE)
+        if self._created is None:
+            self._created = plausible_created(payload.get("created"))
+            if self._created is None:
+                self.fixes.add(FIX_ENVELOPE)
+        fingerprint = payload.get("system_fingerprint")
+        if isinstance(fingerprint, str) and fingerprint:
+            self._fingerprint = fingerprint
+
+    def _take_usage(self, payload: dict[str, Any]) -> None:
+        raw = payload.get("usage")
+        if raw is None:
+            extension = payload.get("x_groq")
+            raw = extension.get("usage") if isinstance(extension, dict) else None
+            if raw is None:
+                return
+        usage = canonical_usage(raw)
+        if usage is None:
+            return
+        # Cumulative (Perplexity, xAI 2024) or final: the latest report is the whole count.
+        self._usage = usage
+        if payload.get("choices") or not self.ctx.include_usage:
+            self.fixes.add(FIX_USAGE)
+
+    def _state(self, raw: dict[str, Any]) -> tuple[int, _Choice]:
+        index = raw.get("index")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0 or self.ctx.n == 1:
+            # One choice asked for: any index is that choice (TGI <= 2.0 sends token positions).
+            if index != 0:
+                self.fixes.add(FIX_ENVELOPE)
+            index = 0
+        state = self._choices.get(index)
+        if state is None:
+            state = self._choices[index] = _Choice()
+        return index, state
+
+    def _take_finish(self, raw: dict[str, Any], state: _Choice) -> _Failed | None:
+        """Record the choice's finish_reason; a ``_Failed`` when it announces a failure."""
+        value = raw.get("finish_reason")
+        if value is None:
+            return None
+        if is_error_finish(value):
+            self.fixes.add(FIX_ERROR_EVENT)
+            return _Failed(str(value))
+        reason = canonical_finish_reason(value)
+        if reason is None:
+            return None
+        if reason != value:
+            self.fixes.add(FIX_FINISH_REASON)
+        if value in STOP_MEANS_TOOL_CALLS and any(c.emitted for c in state.calls.values()):
+            reason = "tool_calls"
+        if state.finish is None:
+            state.finish = reason
+        return None
+
+    def _chat_choice(self, raw: dict[str, Any]) -> dict[str, Any] | _Failed | None:
+        if FIX_EXTRAS not in self.fixes and not raw.keys() <= _CHAT_CHOICE_KEYS:
+            self.fixes.add(FIX_EXTRAS)
+        index, state = self._state(raw)
+        delta = raw.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
+        out: dict[str, Any] = {}
+
+        content = delta.get("content")
+        thinking = None
+        if content is not None and not isinstance(content, str):
+            content, thinking, _ = split_content(content)
+            self.fixes.add(FIX_CONTENT_PARTS)
+        reasoning, moved = take_reasoning(delta)
+        if moved:
+            self.fixes.add(FIX_REASONING)
+        if thinking:
+            reasoning = reasoning + thinking if reasoning else thinking
+        refusal = delta.get("refusal")
+
+        if content:
+            out["content"] = content
+            self._count_text(content)
+        if reasoning:
+            self._count_text(reasoning)
+            if self.ctx.reasoning:
+                out["reasoning_content"] = reasoning
+        if isinstance(refusal, str) and refusal:
+            out["refusal"] = refusal
+            self._count_text(refusal)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls is not None:
+            fragments = self._tool_calls(tool_calls, state)
+            if fragments:
+                out["tool_calls"] = fragments
+        function_call = delta.get("function_call")
+        if isinstance(function_call, dict):
+            legacy_call = {
+                k: v
+                for k, v in function_call.items()
+                if k in ("name", "arguments") and isinstance(v, str)
+            }
+            if legacy_call:
+                out["function_call"] = legacy_call
+
+        logprobs = chat_logprobs(raw.get("logprobs"))
+        failed = self._take_finish(raw, state)
+        if failed is not None:
+            return failed
+        if not out and logprobs is None:
+            # Nothing to say yet, except perhaps the role: keep the upstream's own role opener.
+            if state.role_sent or delta.get("role") is None:
+                return None
+            if content == "":
+                out["content"] = ""
+        if state.role_sent:
+            if "role" in delta:
+                self.fixes.add(FIX_ROLE)
+        else:
+            state.role_sent = True
+            out = {"role": "assistant", **out}
+        return {"index": index, "delta": out, "logprobs": logprobs, "finish_reason": None}
+
+    def _completion_choice(self, raw: dict[str, Any]) -> dict[str, Any] | _Failed | None:
+        if FIX_EXTRAS not in self.fixes and not raw.keys() <= _COMPLETION_CHOICE_KEYS:
+            self.fixes.add(FIX_EXTRAS)
+        index, state = self._state(raw)
+        text = raw.get("text")
+        logprobs = completion_logprobs(raw.get("logprobs"))
+        failed = self._take_finish(raw, state)
+        if failed is not None:
+            return failed
+        if not isinstance(text, str) or not text:
+            if logprobs is None:
+                return None
+            text = ""
+        self._count_text(text)
+        state.role_sent = True
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": None}
+
+    def _count_text(self, text: str) -> None:
+        self._text_chars += len(text)
+        self._text_events += 1
+
+    # -- tool calls ----------------------------------------------------------------------
+
+    def _tool_calls(self, raw: object, state: _Choice) -> list[dict[str, Any]]:
+        if isinstance(raw, dict):
+            raw = [raw]  # TGI <= 2.0 sends one object instead of an array
+            self.fixes.add(FIX_TOOL_CALLS)
+        if not isinstance(raw, list):
+            return []
+        out = []
+        for position, fragment in enumerate(raw):
+            if isinstance(fragment, dict):
+                emitted = self._tool_call(fragment, position, state)
+                if emitted is not None:
+                    out.append(emitted)
+        return out
+
+    def _tool_call(
+        self, fragment: dict[str, Any], position: int, state: _Choice
+    ) -> dict[str, Any] | None:
+        function = fragment.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        name = function.get("name")
+        arguments = function.get("arguments")
+        if isinstance(arguments, dict | list):
+            arguments = orjson.dumps(arguments).decode()  # some servers send parsed JSON
+        if not isinstance(arguments, str):
+            arguments = ""
+        call_id = fragment.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            call_id = None
+
+        call = self._find_call(fragment, call_id, position, state)
+        if call.emitted:
+            if call_id is not None or fragment.get("type") is not None or name is not None:
+                self.fixes.add(FIX_TOOL_CALLS)  # continuations repeat id, type or an empty name
+            if not arguments:
+                return None
+            self._count_text(arguments)
+            return {"index": call.index, "function": {"arguments": arguments}}
+        if not isinstance(name, str) or not name:
+            # A call is announced by its name (CANONICAL.md 2); keep its arguments until then.
+            if arguments:
+                call.pending.append(arguments)
+            self.fixes.add(FIX_TOOL_CALLS)
+            return None
+        if call.pending:
+            arguments = "".join(call.pending) + arguments
+            call.pending.clear()
+        call.emitted = True
+        if call.id is None:
+            call.id = make_call_id()
+            self.fixes.add(FIX_TOOL_CALLS)
+        if arguments:
+            self._count_text(arguments)
+        return {
+            "index": call.index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+
+    def _find_call(
+        self, fragment: dict[str, Any], call_id: str | None, position: int, state: _Choice
+    ) -> _Call:
+        """The call a fragment belongs to, by the upstream's index, else its id, else order.
+
+        Upstream indexes may start at 1 (Anthropic's compat layer) or be missing (Mistral):
+        the client sees dense indexes from 0 in order of first appearance.
+        """
+        index = fragment.get("index")
+        key: object
+        if isinstance(index, int) and not isinstance(index, bool):
+            key = ("index", index)
+        elif call_id is not None:
+            key = ("id", call_id)
+        elif state.last_call is not None and position == 0:
+            return state.last_call
+        else:
+            key = ("position", position, len(state.calls))
+        call = state.calls.get(key)
+        if call is None:
+            if key != ("index", len(state.calls)):
+                self.fixes.add(FIX_TOOL_CALLS)
+            call = _Call(len(state.calls), call_id)
+            state.calls[key] = call
+        state.last_call = call
+        return call
+
+    # -- the end -------------------------------------------------------------------------
+
+    def _end(self, *, done: bool) -> list[bytes]:
+        if not self._choices:
+            return self.fail(UpstreamProtocolError("The upstream stream ended without any choice"))
+        unfinished = [state for state in self._choices.values() if state.finish is None]
+        if unfinished and not done:
+            self.fixes.add(FIX_CUT_SHORT)
+            return self.fail(UpstreamProtocolError("The upstream stream was cut short"))
+        frames = []
+        for index in sorted(self._choices):
+            frames.append(encode_data(orjson.dumps(self._envelope([self._finish_choice(index)]))))
+        if self.ctx.include_usage:
+            chunk = self._envelope([])
+            chunk["usage"] = self._usage if self._usage is not None else self._estimate()
+            frames.append(encode_data(orjson.dumps(chunk)))
+        frames.append(DONE_FRAME)
+        self.ended = True
+        return frames
+
+    def _finish_choice(self, index: int) -> dict[str, Any]:
+        state = self._choices[index]
+        reason = state.finish
+        if reason is None:
+            self.fixes.add(FIX_FINISH_SYNTHESIZED)
+            reason = self._synthesized_finish(state)
+        if not self._chat:
+            # The legacy completions schema knows only these three reasons.
+            if reason not in ("stop", "length", "content_filter"):
+                reason = "stop"
+            return {"index": index, "text": "", "logprobs": None, "finish_reason": reason}
+        delta: dict[str, Any] = {}
+        if not state.role_sent:
+            state.role_sent = True
+            delta["role"] = "assistant"
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
+
+    def _synthesized_finish(self, state: _Choice) -> str:
+        if any(call.emitted for call in state.calls.values()):
+            return "tool_calls"
+        limit = self.ctx.max_tokens
+        if (
+            limit is not None
+            and self._usage is not None
+            and self._usage["completion_tokens"] >= limit
+        ):
+            return "length"
+        return "stop"
+
+    def _estimate(self) -> dict[str, Any]:
+        usage = self.usage
+        return {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        }
+
+
+def frames_from_response(body: bytes, ctx: RequestContext) -> list[bytes]:
+    """A canonical whole response (as ``normalize_response`` makes it) told as a stream.
+
+    For upstreams that answer a stream request with one JSON body: the client still gets the
+    stream it asked for, one chunk of everything per choice, then finish, usage and [DONE].
+    """
+    whole = orjson.loads(body)
+    chat = ctx.endpoint == "chat"
+    envelope = {
+        "id": whole["id"],
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": whole["created"],
+        "model": whole["model"],
+    }
+    if "system_fingerprint" in whole:
+        envelope["system_fingerprint"] = whole["system_fingerprint"]
+    frames = []
+    for choice in whole["choices"]:
+        if chat:
+            message = choice["message"]
+            delta = {key: message[key] for key in _DELTA_KEYS if message.get(key) is not None}
+            if message.get("tool_calls"):
+                delta["tool_calls"] = [
+                    {"index": i, **call} for i, call in enumerate(message["tool_calls"])
+                ]
+            first = {
+                "index": choice["index"],
+                "delta": delta,
+                "logprobs": choice["logprobs"],
+                "finish_reason": None,
+            }
+            last = {
+                "index": choice["index"],
+                "delta": {},
+                "logprobs": None,
+                "finish_reason": choice["finish_reason"],
+            }
+        else:
+            first = {**choice, "finish_reason": None}
+            last = {
+                "index": choice["index"],
+                "text": "",
+                "logprobs": None,
+                "finish_reason": choice["finish_reason"],
+            }
+        frames.append(encode_data(orjson.dumps({**envelope, "choices": [first]})))
+        frames.append(encode_data(orjson.dumps({**envelope, "choices": [last]})))
+    if ctx.include_usage:
+        frames.append(
+            encode_data(orjson.dumps({**envelope, "choices": [], "usage": whole["usage"]}))
+        )
+    frames.append(DONE_FRAME)
+    return frames

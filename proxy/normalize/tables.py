@@ -1,0 +1,81 @@
+"""The mapping tables of the OpenAI-compatible normalizer (SOURCES.md sections B, C, E).
+
+Quirks are not tied to a provider's name: any upstream may send any of these spellings.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# SOURCES.md E: every finish_reason spelling seen from OpenAI-compatible servers and the
+# canonical value it means. Values not listed here are unknown and counted as a fix to "stop".
+FINISH_REASONS: Final[dict[str, str]] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "content_filter": "content_filter",
+    "function_call": "function_call",
+    "eos": "stop",  # Together
+    "eos_token": "stop",  # TGI <= 2.0
+    "stop_sequence": "stop",  # TGI, Anthropic-compatible layers
+    "end_turn": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_length": "length",  # Mistral
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "guardrail_intervened": "content_filter",
+    "content_filtered": "content_filter",
+    "recitation": "stop",
+    "abort": "stop",
+}
+
+# Reasons that only say "the model stopped by itself": when tool calls were streamed, the
+# canonical reason is tool_calls (TGI eos_token). A literal "stop" is left alone, because OpenAI
+# itself answers "stop" to a forced tool_choice.
+STOP_MEANS_TOOL_CALLS: Final = frozenset({"eos", "eos_token", "stop_sequence", "end_turn"})
+
+# Spellings that are not a reason but "no reason yet" (TGI "", Friendli's "null").
+NO_FINISH_REASON: Final = frozenset({"", "null", "none"})
+
+# Finish reasons that announce a failure; the stream ends in an error event.
+ERROR_FINISH_REASONS: Final = frozenset({"error", "insufficient_system_resource"})
+
+# Reasoning text spellings on a delta or message, in order of preference (SOURCES.md C).
+REASONING_KEYS: Final = ("reasoning_content", "reasoning", "thinking")
+
+SERVICE_TIERS: Final = frozenset({"auto", "default", "flex", "scale", "priority", "fast"})
+
+CHAT_LOGPROBS_KEYS: Final = ("content", "refusal")
+COMPLETION_LOGPROBS_KEYS: Final = ("text_offset", "token_logprobs", "tokens", "top_logprobs")
+
+# Names of the fixes counted for operators (metric label values: a fixed, bounded set).
+FIX_ENVELOPE: Final = "envelope"  # id, object, created or model repaired
+FIX_EXTRAS: Final = "extra_fields"  # provider-only fields dropped
+FIX_ROLE: Final = "role"  # role repeated or missing
+FIX_EMPTY_CHUNK: Final = "empty_chunk"  # opener or empty chunk dropped
+FIX_FINISH_REASON: Final = "finish_reason"  # mapped to a canonical value
+FIX_FINISH_SYNTHESIZED: Final = "finish_reason_synthesized"
+FIX_TOOL_CALLS: Final = "tool_calls"  # index, id or first fragment repaired
+FIX_REASONING: Final = "reasoning"  # reasoning moved from another spelling
+FIX_CONTENT_PARTS: Final = "content_parts"  # content given as an array of parts
+FIX_USAGE: Final = "usage"  # usage moved, deduplicated, or recounted
+FIX_ERROR_EVENT: Final = "error_event"  # an upstream error object mid-stream
+FIX_CUT_SHORT: Final = "cut_short"  # stream ended without [DONE] or finish reasons
+FIX_LEGACY: Final = "legacy_dialect"  # a pre-OpenAI event shape rewritten
+
+FIXES: Final = (
+    FIX_ENVELOPE,
+    FIX_EXTRAS,
+    FIX_ROLE,
+    FIX_EMPTY_CHUNK,
+    FIX_FINISH_REASON,
+    FIX_FINISH_SYNTHESIZED,
+    FIX_TOOL_CALLS,
+    FIX_REASONING,
+    FIX_CONTENT_PARTS,
+    FIX_USAGE,
+    FIX_ERROR_EVENT,
+    FIX_CUT_SHORT,
+    FIX_LEGACY,
+)

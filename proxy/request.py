@@ -1,0 +1,145 @@
+"""A client's completion request: validated on the way in, rewritten on the way up (sans-IO).
+
+CANONICAL.md section 5: ``model`` becomes the deployment's upstream name and every other field
+passes through unchanged, unknown ones included; for a stream the proxy also asks the upstream
+for usage (section 3), remembering whether the client itself asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from proxy.errors import InvalidRequest
+from proxy.normalize import Endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    endpoint: Endpoint
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    include_usage: bool  # the client asked for usage in its stream
+    max_tokens: int | None
+    n: int
+    prompt_chars: int  # for a usage estimate where the upstream reports none
+
+
+def _wrong_type(param: str, expected: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"Invalid type for '{param}': expected {expected}", param=param, code="invalid_type"
+    )
+
+
+def _optional_int(body: dict[str, Any], param: str, minimum: int) -> int | None:
+    value = body.get(param)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _wrong_type(param, "an integer")
+    if value < minimum:
+        raise InvalidRequest(
+            f"Invalid value for '{param}': must be at least {minimum}",
+            param=param,
+            code="invalid_value",
+        )
+    return value
+
+
+def _prompt_chars(value: object) -> int:
+    """Characters of text in messages or a prompt, however deeply the parts nest."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_prompt_chars(item) for item in value)
+    if isinstance(value, dict):
+        return sum(
+            _prompt_chars(value.get(key)) for key in ("content", "text", "prompt") if key in value
+        )
+    return 0
+
+
+def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
+    """The validated request, or ``InvalidRequest`` naming the offending parameter."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON: {exc}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
+
+    model = body.get("model")
+    if model is None:
+        raise InvalidRequest(
+            "Missing required parameter: 'model'", param="model", code="missing_required_parameter"
+        )
+    if not isinstance(model, str) or not model:
+        raise _wrong_type("model", "a non-empty string")
+
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if messages is None:
+            raise InvalidRequest(
+                "Missing required parameter: 'messages'",
+                param="messages",
+                code="missing_required_parameter",
+            )
+        if not isinstance(messages, list) or not messages:
+            raise _wrong_type("messages", "a non-empty array")
+        if not all(isinstance(message, dict) for message in messages):
+            raise _wrong_type("messages", "an array of objects")
+        prompt_chars = _prompt_chars(messages)
+    else:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise InvalidRequest(
+                "Missing required parameter: 'prompt'",
+                param="prompt",
+                code="missing_required_parameter",
+            )
+        if not isinstance(prompt, str | list):
+            raise _wrong_type("prompt", "a string or an array")
+        prompt_chars = _prompt_chars(prompt)
+
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _wrong_type("stream", "a boolean")
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not isinstance(options, dict):
+            raise _wrong_type("stream_options", "an object")
+        include_usage = options.get("include_usage", False)
+        if not isinstance(include_usage, bool):
+            raise _wrong_type("stream_options.include_usage", "a boolean")
+
+    max_tokens = _optional_int(body, "max_completion_tokens", 0)
+    if max_tokens is None:
+        max_tokens = _optional_int(body, "max_tokens", 0)
+    n = _optional_int(body, "n", 1) or 1
+    return ClientRequest(
+        endpoint, body, model, stream, include_usage and stream, max_tokens, n, prompt_chars
+    )
+
+
+def upstream_body(request: ClientRequest, upstream_model: str, *, ask_usage: bool) -> bytes:
+    """The JSON body for the upstream: the client's, with the upstream model name.
+
+    ``ask_usage``: add ``stream_options.include_usage`` so that a streamed answer carries its
+    counts; a provider setting turns it off for upstreams that reject the field.
+    """
+    body = dict(request.body)
+    body["model"] = upstream_model
+    if request.stream and ask_usage:
+        options = body.get("stream_options")
+        body["stream_options"] = (
+            {**options, "include_usage": True} if options else {"include_usage": True}
+        )
+    return orjson.dumps(body)
