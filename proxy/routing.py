@@ -1,0 +1,63 @@
+"""(team, model name) -> configured model, and the routing table as text.
+
+Choosing among a model's deployments, and falling back between them, is not done here yet.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from proxy.config import Config, Deployment, Model, Team
+from proxy.errors import ModelNotFound, PermissionDenied
+
+
+def may_use(team: Team, model: str) -> bool:
+    """Whether any of the team's globs matches the model name (case-sensitively)."""
+    return any(fnmatchcase(model, pattern) for pattern in team.models)
+
+
+def resolve_model(config: Config, team: Team, model: str) -> Model:
+    """The configured model a request names, if the team may use it."""
+    found = config.models.get(model)
+    if found is None:
+        raise ModelNotFound(model)
+    if not may_use(team, model):
+        raise PermissionDenied(
+            f"Team '{team.name}' may not use model '{model}'",
+            param="model",
+            code="model_not_permitted",
+        )
+    return found
+
+
+def allowed_models(config: Config, team: Team) -> list[str]:
+    """The configured model names the team may use, sorted."""
+    return sorted(name for name in config.models if may_use(team, name))
+
+
+def describe_routes(config: Config) -> list[str]:
+    """One line per deployment, then one per team, for ``llm-proxy check-config``; no keys."""
+    lines = [
+        _describe_deployment(config, model, deployment)
+        for model in config.models.values()
+        for deployment in model.deployments
+    ]
+    lines.extend(_describe_team(config, team) for team in config.teams.values())
+    return lines
+
+
+def _describe_deployment(config: Config, model: Model, deployment: Deployment) -> str:
+    # base_url is safe to print: config refuses credentials and query strings in it.
+    base_url = config.providers[deployment.provider].base_url
+    line = (
+        f"{model.name} -> {deployment.provider} ({deployment.model}) {base_url}"
+        f"  weight={deployment.weight:g} priority={deployment.priority}"
+    )
+    return line if model.reasoning else f"{line} reasoning=off"
+
+
+def _describe_team(config: Config, team: Team) -> str:
+    keys = len(team.key_digests)
+    allowed = ", ".join(allowed_models(config, team)) or "(none)"
+    patterns = ", ".join(team.models)
+    return f"team {team.name} ({keys} key{'s' * (keys != 1)}, models {patterns}) -> {allowed}"
