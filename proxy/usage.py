@@ -121,6 +121,19 @@ def canonical_usage(raw: object) -> dict[str, Any] | None:
     return usage
 
 
+def sum_usage(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One canonical usage for several (one per choice of a batch), counts and details added."""
+    total: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    for report in reports:
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            total[key] += report[key]
+        for key in ("prompt_tokens_details", "completion_tokens_details"):
+            for name, count in report.get(key, {}).items():
+                details = total.setdefault(key, {})
+                details[name] = details.get(name, 0) + count
+    return total
+
+
 def usage_value(usage: dict[str, Any], source: Source = "upstream") -> Usage:
     """The metering value of a canonical usage object (as made by ``canonical_usage``)."""
     prompt_details = usage.get("prompt_tokens_details") or {}

@@ -50,7 +50,7 @@ from proxy.normalize.tables import (
     STOP_MEANS_TOOL_CALLS,
 )
 from proxy.sse import DONE_FRAME, Event, encode_data, is_done
-from proxy.usage import Usage, canonical_usage, estimated_usage, usage_value
+from proxy.usage import Usage, canonical_usage, estimated_usage, sum_usage, usage_value
 
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "system_fingerprint"})
 _CHAT_CHOICE_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})
@@ -95,7 +95,8 @@ class StreamNormalizer:
         self._created: int | None = None
         self._fingerprint: str | None = None
         self._choices: dict[int, _Choice] = {}
-        self._usage: dict[str, Any] | None = None
+        self._usage: dict[str, Any] | None = None  # reported for the whole response
+        self._choice_usage: dict[int, dict[str, Any]] = {}  # reported on one choice's chunks
         self._complete = False  # a legacy dialect's own "this was the last event"
         self._text_chars = 0
         self._text_events = 0
@@ -150,8 +151,9 @@ class StreamNormalizer:
     @property
     def usage(self) -> Usage:
         """What the request consumed: the upstream's counts, else an estimate marked as one."""
-        if self._usage is not None:
-            return usage_value(self._usage)
+        usage = self._final_usage()
+        if usage is not None:
+            return usage_value(usage)
         return estimated_usage(self.ctx.prompt_chars, self._text_chars, self._text_events)
 
     # -- one chunk -----------------------------------------------------------------------
@@ -227,18 +229,37 @@ class StreamNormalizer:
         usage = canonical_usage(raw)
         if usage is None:
             return
-        # Cumulative (Perplexity, xAI 2024) or final: the latest report is the whole count.
-        self._usage = usage
-        if payload.get("choices") or not self.ctx.include_usage:
+        choices = payload.get("choices")
+        if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
+            # Usage on a choice's own chunk: cumulative (Perplexity, xAI 2024: the latest is the
+            # whole count) or per choice (TGI answers each prompt of a batch with its own).
+            self._choice_usage[self._index(choices[0])] = usage
             self.fixes.add(FIX_USAGE)
+        else:
+            self._usage = usage
+            if choices or not self.ctx.include_usage:
+                self.fixes.add(FIX_USAGE)
+
+    def _final_usage(self) -> dict[str, Any] | None:
+        """The response's usage: its own report, else the sum of its choices' reports."""
+        if self._usage is not None:
+            return self._usage
+        if not self._choice_usage:
+            return None
+        reports = list(self._choice_usage.values())
+        return reports[0] if len(reports) == 1 else sum_usage(reports)
+
+    def _index(self, raw: dict[str, Any]) -> int:
+        index = raw.get("index")
+        if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+            if self.ctx.n > 1 or self.ctx.endpoint == "completions" or index == 0:
+                return index
+        # One chat choice asked for: any index is that choice (TGI <= 2.0 sends token positions).
+        self.fixes.add(FIX_ENVELOPE)
+        return 0
 
     def _state(self, raw: dict[str, Any]) -> tuple[int, _Choice]:
-        index = raw.get("index")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0 or self.ctx.n == 1:
-            # One choice asked for: any index is that choice (TGI <= 2.0 sends token positions).
-            if index != 0:
-                self.fixes.add(FIX_ENVELOPE)
-            index = 0
+        index = self._index(raw)
         state = self._choices.get(index)
         if state is None:
             state = self._choices[index] = _Choice()
@@ -451,7 +472,8 @@ class StreamNormalizer:
             frames.append(encode_data(orjson.dumps(self._envelope([self._finish_choice(index)]))))
         if self.ctx.include_usage:
             chunk = self._envelope([])
-            chunk["usage"] = self._usage if self._usage is not None else self._estimate()
+            usage = self._final_usage()
+            chunk["usage"] = usage if usage is not None else self._estimate()
             frames.append(encode_data(orjson.dumps(chunk)))
         frames.append(DONE_FRAME)
         self.ended = True
@@ -462,7 +484,7 @@ class StreamNormalizer:
         reason = state.finish
         if reason is None:
             self.fixes.add(FIX_FINISH_SYNTHESIZED)
-            reason = self._synthesized_finish(state)
+            reason = self._synthesized_finish(index, state)
         if not self._chat:
             # The legacy completions schema knows only these three reasons.
             if reason not in ("stop", "length", "content_filter"):
@@ -474,17 +496,17 @@ class StreamNormalizer:
             delta["role"] = "assistant"
         return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
 
-    def _synthesized_finish(self, state: _Choice) -> str:
+    def _synthesized_finish(self, index: int, state: _Choice) -> str:
         if any(call.emitted for call in state.calls.values()):
             return "tool_calls"
         limit = self.ctx.max_tokens
-        if (
-            limit is not None
-            and self._usage is not None
-            and self._usage["completion_tokens"] >= limit
-        ):
-            return "length"
-        return "stop"
+        if limit is None:
+            return "stop"
+        # The choice's own count, or the response's when it has only this choice.
+        usage = self._choice_usage.get(index)
+        if usage is None and len(self._choices) == 1:
+            usage = self._final_usage()
+        return "length" if usage is not None and usage["completion_tokens"] >= limit else "stop"
 
     def _estimate(self) -> dict[str, Any]:
         usage = self.usage
