@@ -81,7 +81,7 @@ class State:
 
 
 STATE: Final = web.AppKey("state", State)
-EXCHANGE: Final = "proxy.exchange"  # request-scoped key of the Exchange
+EXCHANGE: Final = web.RequestKey("exchange", Exchange)
 
 
 def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -193,7 +193,7 @@ async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamRes
     state = request.app[STATE]
     runtime = state.runtime
     config = runtime.config
-    exchange: Exchange = request[EXCHANGE]
+    exchange = request[EXCHANGE]
     loop = asyncio.get_running_loop()
 
     team = runtime.keyring.identify(request.headers.get("Authorization"))
@@ -265,7 +265,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 async def list_models(request: web.Request) -> web.Response:
     runtime = request.app[STATE].runtime
     team = runtime.keyring.identify(request.headers.get("Authorization"))
-    exchange: Exchange = request[EXCHANGE]
+    exchange = request[EXCHANGE]
     exchange.team = team.name
     config = runtime.config
     data = [

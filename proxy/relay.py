@@ -143,8 +143,8 @@ async def _pump(
         if not frames:
             continue
         if response is None:
-            if normalizer.error is not None:
-                # Nothing was sent yet: the failure is still an HTTP error.
+            if normalizer.error is not None and len(frames) == 1:
+                # The failure is all there is to say, and nothing was sent: an HTTP error.
                 raise normalizer.error
             response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
             exchange.status = 200

@@ -95,9 +95,14 @@ def _joined(parts: list[str]) -> str | None:
 
 
 def check_stream(
-    golden: Golden, payloads: list[Any], *, include_usage: bool, created: int | None
+    golden: Golden,
+    payloads: list[Any],
+    *,
+    include_usage: bool,
+    created: int | None,
+    model: str = CLIENT_MODEL,
 ) -> dict[str, Any] | None:
-    """Check a streamed answer against CANONICAL.md and the golden; returns the usage chunk's usage."""
+    """Check a streamed answer against CANONICAL.md and the golden; returns its usage."""
     data = golden.data
     chat = golden.endpoint == "chat"
     assert payloads, "an empty stream"
@@ -128,7 +133,7 @@ def check_stream(
         else:
             validate_completion_chunk(chunk)
         assert chunk["object"] == ("chat.completion.chunk" if chat else "text_completion")
-        assert chunk["model"] == CLIENT_MODEL
+        assert chunk["model"] == model
         ids = (chunk["id"], chunk["created"])
         assert envelope is None or ids == envelope, "id and created must not change"
         envelope = ids
@@ -238,13 +243,15 @@ def check_usage(usage: dict[str, Any], want: dict[str, Any]) -> None:
     assert reasoning == want["reasoning_tokens"], "reasoning_tokens"
 
 
-def check_whole(golden: Golden, body: dict[str, Any], *, created: int | None) -> None:
+def check_whole(
+    golden: Golden, body: dict[str, Any], *, created: int | None, model: str = CLIENT_MODEL
+) -> None:
     """Check a non-streamed answer against CANONICAL.md section 1 and the golden."""
     data = golden.data
     chat = golden.endpoint == "chat"
     validate(body, "CreateChatCompletionResponse" if chat else "CreateCompletionResponse")
     assert body["object"] == ("chat.completion" if chat else "text_completion")
-    assert body["model"] == CLIENT_MODEL
+    assert body["model"] == model
     if data["id"] is not None:
         assert body["id"] == data["id"]
     else:

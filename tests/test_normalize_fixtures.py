@@ -8,6 +8,7 @@ against OpenAI's schema with strict keys.
 from __future__ import annotations
 
 import itertools
+
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -251,9 +251,9 @@ class StreamNormalizer:
 
     def _index(self, raw: dict[str, Any]) -> int:
         index = raw.get("index")
-        if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
-            if self.ctx.n > 1 or self.ctx.endpoint == "completions" or index == 0:
-                return index
+        valid = isinstance(index, int) and not isinstance(index, bool) and index >= 0
+        if valid and (index == 0 or self.ctx.n > 1 or self.ctx.endpoint == "completions"):
+            return index  # type: ignore[return-value]
         # One chat choice asked for: any index is that choice (TGI <= 2.0 sends token positions).
         self.fixes.add(FIX_ENVELOPE)
         return 0

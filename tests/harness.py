@@ -1,0 +1,139 @@
+"""Real servers for the tests: the emulator and the proxy on loopback, in a thread of their own.
+
+The servers run on their own event loop in a background thread, so that the synchronous
+``openai`` client, the asynchronous one and raw HTTP clients in the tests all talk to them over
+real sockets, as an application would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from proxy.app import build_app
+from proxy.config import Config, parse_config
+from proxy.emulator import build_emulator_app
+
+TEAM_KEY = "sk-test-research"
+SUPPORT_KEY = "sk-test-support"
+UPSTREAM_SECRET = "sk-upstream-secret-value"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class LoopThread:
+    """An event loop running in a daemon thread; ``call`` runs a coroutine on it and waits."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, factory: Callable[[], Awaitable[Any]], timeout: float = 30) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(_await(factory), self.loop)
+        return future.result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+async def _await(factory: Callable[[], Awaitable[Any]]) -> Any:
+    return await factory()
+
+
+async def start_site(app: web.Application, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+def proxy_config(emulator_url: str, models: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A configuration with one provider per dialect, all pointing at the emulator."""
+    providers = {
+        "emu": {"base_url": f"{emulator_url}/v1", "api_key": UPSTREAM_SECRET},
+        "emu-friendli-2024": {
+            "base_url": f"{emulator_url}/v1",
+            "api_key": UPSTREAM_SECRET,
+            "dialect": "friendli-2024",
+        },
+        "emu-maritaca": {
+            "base_url": f"{emulator_url}/api",
+            "api_key": UPSTREAM_SECRET,
+            "dialect": "maritaca-inference",
+        },
+        "emu-azure": {
+            "base_url": f"{emulator_url}/openai/v1",
+            "headers": {"api-key": UPSTREAM_SECRET},
+            "query": {"api-version": "preview"},
+        },
+        "emu-fast": {
+            "base_url": f"{emulator_url}/v1",
+            "api_key": UPSTREAM_SECRET,
+            "timeouts": {"connect": 2, "first_byte": 1, "idle": 1, "total": 3},
+        },
+        "down": {"base_url": f"http://127.0.0.1:{free_port()}/v1", "timeouts": {"connect": 2}},
+    }
+    raw: dict[str, Any] = {
+        "providers": providers,
+        "models": models,
+        "teams": {
+            "research": {"keys": [TEAM_KEY], "models": ["*"]},
+            "support": {"keys": [SUPPORT_KEY], "models": ["llama-*"]},
+        },
+        "access_log": False,
+    }
+    raw.update(extra)
+    return raw
+
+
+class Servers:
+    """The emulator (serving the test fixtures) and a proxy configured in front of it."""
+
+    def __init__(self, loop: LoopThread, recordings: Path) -> None:
+        self.loop = loop
+        self.emulator_port = free_port()
+        self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
+        self._runners: list[web.AppRunner] = []
+        self._runners.append(
+            loop.call(lambda: start_site(build_emulator_app(recordings), self.emulator_port))
+        )
+
+    def start_proxy(self, models: dict[str, Any], **extra: Any) -> tuple[str, Config]:
+        """Start a proxy for ``models``; returns its base URL (…/v1) and its configuration."""
+        config = parse_config(
+            yaml.safe_load(yaml.safe_dump(proxy_config(self.emulator_url, models, **extra))), {}
+        )
+        port = free_port()
+        self._runners.append(self.loop.call(lambda: start_site(build_app(config), port)))
+        return f"http://127.0.0.1:{port}/v1", config
+
+    def close(self) -> None:
+        for runner in reversed(self._runners):
+            self.loop.call(runner.cleanup)
+
+
+@contextmanager
+def running_servers(recordings: Path) -> Iterator[Servers]:
+    loop = LoopThread()
+    servers = Servers(loop, recordings)
+    try:
+        yield servers
+    finally:
+        servers.close()
+        loop.stop()

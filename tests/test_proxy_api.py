@@ -1,0 +1,443 @@
+"""The proxy's HTTP surface: endpoints, teams, bad input, upstream failures, what goes upstream.
+
+Each case makes one real request to the running proxy (in front of the emulator) and asserts the
+status and the exact error body of CANONICAL.md section 4.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import openai
+import orjson
+import pytest
+
+from tests.harness import SUPPORT_KEY, TEAM_KEY, UPSTREAM_SECRET, Servers
+from tests.schema import validate
+
+CHAT = [{"role": "user", "content": "Hello"}]
+
+
+async def post(
+    url: str, body: bytes | dict[str, Any], key: str | None = TEAM_KEY, **headers: str
+) -> tuple[int, Any, Any]:
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=data, headers=headers) as response,
+    ):
+        raw = await response.read()
+        return response.status, response.headers, raw
+
+
+def error_of(raw: bytes) -> dict[str, Any]:
+    body = orjson.loads(raw)
+    validate(body, "ErrorResponse")
+    return dict(body["error"])
+
+
+# (description, path, body, key, status, type, code, param)
+BAD_REQUESTS = [
+    (
+        "no key",
+        "/chat/completions",
+        {"model": "gpt-4o", "messages": CHAT},
+        None,
+        401,
+        "authentication_error",
+        None,
+        None,
+    ),
+    (
+        "unknown key",
+        "/chat/completions",
+        {"model": "gpt-4o", "messages": CHAT},
+        "sk-nope",
+        401,
+        "authentication_error",
+        "invalid_api_key",
+        None,
+    ),
+    (
+        "forbidden model",
+        "/chat/completions",
+        {"model": "gpt-4o", "messages": CHAT},
+        SUPPORT_KEY,
+        403,
+        "permission_error",
+        "model_not_permitted",
+        "model",
+    ),
+    (
+        "unknown model",
+        "/chat/completions",
+        {"model": "gpt-9", "messages": CHAT},
+        TEAM_KEY,
+        404,
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    ),
+    (
+        "not JSON",
+        "/chat/completions",
+        b"{nope",
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "invalid_json",
+        None,
+    ),
+    (
+        "not an object",
+        "/chat/completions",
+        b"[1, 2]",
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "invalid_json",
+        None,
+    ),
+    (
+        "no model",
+        "/chat/completions",
+        {"messages": CHAT},
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "missing_required_parameter",
+        "model",
+    ),
+    (
+        "model not a string",
+        "/chat/completions",
+        {"model": 4, "messages": CHAT},
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "invalid_type",
+        "model",
+    ),
+    (
+        "no messages",
+        "/chat/completions",
+        {"model": "gpt-4o"},
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "missing_required_parameter",
+        "messages",
+    ),
+    (
+        "messages not a list",
+        "/chat/completions",
+        {"model": "gpt-4o", "messages": "hi"},
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "invalid_type",
+        "messages",
+    ),
+    (
+        "stream not a bool",
+        "/chat/completions",
+        {"model": "gpt-4o", "messages": CHAT, "stream": "yes"},
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "invalid_type",
+        "stream",
+    ),
+    (
+        "n below 1",
+        "/chat/completions",
+        {"model": "gpt-4o", "messages": CHAT, "n": 0},
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "invalid_value",
+        "n",
+    ),
+    (
+        "no prompt",
+        "/completions",
+        {"model": "gpt-4o"},
+        TEAM_KEY,
+        400,
+        "invalid_request_error",
+        "missing_required_parameter",
+        "prompt",
+    ),
+    (
+        "unknown path",
+        "/embeddings",
+        {"model": "gpt-4o"},
+        TEAM_KEY,
+        404,
+        "invalid_request_error",
+        "unknown_url",
+        None,
+    ),
+    (
+        "upstream down",
+        "/chat/completions",
+        {"model": "down-model", "messages": CHAT},
+        TEAM_KEY,
+        502,
+        "upstream_error",
+        None,
+        None,
+    ),
+    (
+        "upstream hangs",
+        "/chat/completions",
+        {"model": "hang-model", "messages": CHAT},
+        TEAM_KEY,
+        504,
+        "timeout_error",
+        None,
+        None,
+    ),
+    (
+        "upstream 500",
+        "/chat/completions",
+        {"model": "status-500", "messages": CHAT},
+        TEAM_KEY,
+        502,
+        "upstream_error",
+        None,
+        None,
+    ),
+    (
+        "upstream 429",
+        "/chat/completions",
+        {"model": "status-429", "messages": CHAT},
+        TEAM_KEY,
+        429,
+        "rate_limit_error",
+        None,
+        None,
+    ),
+    (
+        "upstream HTML page",
+        "/chat/completions",
+        {"model": "html-502", "messages": CHAT},
+        TEAM_KEY,
+        502,
+        "upstream_error",
+        None,
+        None,
+    ),
+    (
+        "upstream garbage",
+        "/chat/completions",
+        {"model": "garbage-model", "messages": CHAT, "stream": True},
+        TEAM_KEY,
+        502,
+        "upstream_error",
+        None,
+        None,
+    ),
+    (
+        "upstream JSON not an object",
+        "/chat/completions",
+        {"model": "not-object", "messages": CHAT},
+        TEAM_KEY,
+        502,
+        "upstream_error",
+        None,
+        None,
+    ),
+    (
+        "upstream wrong content type",
+        "/chat/completions",
+        {"model": "wrong-type", "messages": CHAT, "stream": True},
+        TEAM_KEY,
+        502,
+        "upstream_error",
+        None,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "key", "status", "kind", "code", "param"),
+    [case[1:] for case in BAD_REQUESTS],
+    ids=[case[0] for case in BAD_REQUESTS],
+)
+async def test_bad_requests_get_their_documented_error(
+    proxy_url: str,
+    path: str,
+    body: Any,
+    key: str | None,
+    status: int,
+    kind: str,
+    code: str | None,
+    param: str | None,
+) -> None:
+    got_status, headers, raw = await post(proxy_url + path, body, key)
+    assert got_status == status, raw
+    assert headers["Content-Type"].startswith("application/json")
+    assert headers.get("X-Request-Id")
+    error = error_of(raw)
+    assert error["type"] == kind
+    assert error["code"] == code
+    assert error["param"] == param
+    assert error["message"]
+    assert "Traceback" not in error["message"] and UPSTREAM_SECRET not in raw.decode()
+
+
+async def test_upstream_400_keeps_its_status_and_message(proxy_url: str) -> None:
+    status, _, raw = await post(
+        proxy_url + "/chat/completions", {"model": "upstream-400", "messages": CHAT}
+    )
+    assert status == 400
+    assert error_of(raw)["message"].startswith("Unsupported parameter: 'max_tokens'")
+
+
+async def test_upstream_429_passes_retry_after(proxy_url: str) -> None:
+    status, headers, _ = await post(
+        proxy_url + "/chat/completions", {"model": "status-429", "messages": CHAT}
+    )
+    assert status == 429 and headers["Retry-After"] == "1"
+
+
+async def test_body_over_the_limit_is_413(servers: Servers) -> None:
+    url, _ = servers.start_proxy(
+        {"gpt-4o": {"provider": "emu", "model": "openai"}}, server={"max_body_bytes": 1000}
+    )
+    big = {"model": "gpt-4o", "messages": [{"role": "user", "content": "x" * 2000}]}
+    status, _, raw = await post(url + "/chat/completions", big)
+    assert status == 413
+    assert error_of(raw)["type"] == "invalid_request_error"
+    status, _, _ = await post(url + "/chat/completions", {"model": "gpt-4o", "messages": CHAT})
+    assert status == 200
+
+
+@pytest.mark.parametrize("model", ["stall-model", "reset-model"])
+async def test_failure_after_the_first_byte_is_one_error_event(proxy_url: str, model: str) -> None:
+    status, _, raw = await post(
+        proxy_url + "/chat/completions", {"model": model, "messages": CHAT, "stream": True}
+    )
+    assert status == 200
+    frames = raw.split(b"\n\n")
+    assert frames[-1] == b""
+    last = orjson.loads(frames[-2].removeprefix(b"data: "))
+    validate(last, "ErrorResponse")
+    assert last["error"]["type"] == (
+        "timeout_error" if model == "stall-model" else "upstream_error"
+    )
+    assert b"[DONE]" not in raw
+    assert b'"content"' in raw  # some of the answer arrived before the failure
+
+
+async def test_models_lists_what_the_team_may_use(proxy_url: str) -> None:
+    async with aiohttp.ClientSession() as session, session.get(
+        proxy_url + "/models", headers={"Authorization": f"Bearer {SUPPORT_KEY}"}
+    ) as r:
+        body = await r.json()
+    validate(body, "ListModelsResponse")
+    assert [m["id"] for m in body["data"]] == ["llama-3.1-8b"]
+    client = openai.OpenAI(base_url=proxy_url, api_key=TEAM_KEY, max_retries=0)
+    with client:
+        names = {m.id for m in client.models.list()}
+    assert {"gpt-4o", "llama-3.1-8b", "groq.chat.stream.sse"} <= names
+
+
+async def test_health_and_readiness(proxy_url: str) -> None:
+    root = proxy_url.removesuffix("/v1")
+    async with aiohttp.ClientSession() as session:
+        for path in ("/healthz", "/readyz"):
+            async with session.get(root + path) as response:
+                assert response.status == 200
+
+
+async def test_request_id_is_taken_or_made(proxy_url: str) -> None:
+    _, headers, _ = await post(
+        proxy_url + "/chat/completions",
+        {"model": "gpt-4o", "messages": CHAT},
+        **{"X-Request-Id": "req-abc.123"},
+    )
+    assert headers["X-Request-Id"] == "req-abc.123"
+    _, headers, _ = await post(
+        proxy_url + "/chat/completions",
+        {"model": "gpt-4o", "messages": CHAT},
+        **{"X-Request-Id": "bad id\t!"},
+    )
+    assert headers["X-Request-Id"] != "bad id\t!" and len(headers["X-Request-Id"]) == 32
+
+
+async def upstream_requests(servers: Servers) -> list[dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(servers.emulator_url + "/_emulator/requests") as response,
+    ):
+        return list(await response.json())
+
+
+async def test_what_goes_upstream(proxy_url: str, servers: Servers) -> None:
+    body = {
+        "model": "gpt-4o",
+        "messages": CHAT,
+        "stream": True,
+        "temperature": 0.25,
+        "x_unknown_field": {"kept": [1, 2]},
+        "stream_options": {"include_usage": False},
+    }
+    status, _, raw = await post(
+        proxy_url + "/chat/completions",
+        body,
+        **{"Cookie": "session=abc", "Connection": "keep-alive"},
+    )
+    assert status == 200 and b'"usage"' not in raw
+    sent = (await upstream_requests(servers))[-1]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["json"]["model"] == "openai"  # the upstream model name
+    assert sent["json"]["temperature"] == 0.25 and sent["json"]["x_unknown_field"] == {
+        "kept": [1, 2]
+    }
+    assert sent["json"]["stream_options"] == {"include_usage": True}  # usage is always learned
+    assert sent["headers"]["authorization"] == f"Bearer {UPSTREAM_SECRET}"
+    assert "cookie" not in sent["headers"] and TEAM_KEY not in orjson.dumps(sent).decode()
+
+
+async def test_azure_style_key_header_and_query(proxy_url: str, servers: Servers) -> None:
+    status, _, _ = await post(
+        proxy_url + "/chat/completions", {"model": "azure-gpt", "messages": CHAT, "stream": True}
+    )
+    assert status == 200
+    sent = (await upstream_requests(servers))[-1]
+    assert sent["path"] == "/openai/v1/chat/completions"
+    assert sent["query"] == {"api-version": "preview"}
+    assert sent["headers"]["api-key"] == UPSTREAM_SECRET
+    assert "authorization" not in sent["headers"]
+
+
+async def test_sdk_sync_and_async_seed_dialects(proxy_url: str) -> None:
+    """FriendliAI, Maritaca and OpenAI, streamed and not, through the official SDK."""
+    client = openai.OpenAI(base_url=proxy_url, api_key=TEAM_KEY, max_retries=0)
+    with client:
+        chat = client.chat.completions.create(model="sabia-4", messages=CHAT)
+        assert chat.object == "chat.completion" and chat.model == "sabia-4"
+        assert chat.choices[0].message.content.startswith("Certainly! Bahia")  # type: ignore[union-attr]
+        text = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(
+                model="llama-3.1-8b", messages=CHAT, stream=True
+            )
+        )
+        assert text == "This is"
+    aclient = openai.AsyncOpenAI(base_url=proxy_url, api_key=TEAM_KEY, max_retries=0)
+    async with aclient:
+        completion = await aclient.completions.create(model="llama-3.1-8b", prompt="Say")
+        assert completion.object == "text_completion" and completion.model == "llama-3.1-8b"
+        stream = await aclient.completions.create(model="gpt-4o", prompt="Say", stream=True)
+        pieces = [c.choices[0].text async for c in stream if c.choices]
+        assert "".join(pieces).startswith("The holiday is called")
+        with pytest.raises(openai.NotFoundError) as info:
+            await aclient.chat.completions.create(model="gpt-9", messages=CHAT)  # type: ignore[arg-type]
+        assert info.value.code == "model_not_found"
