@@ -10,16 +10,18 @@ writes by the idle timeout; a client that goes away closes the upstream request 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Final
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from proxy.config import Timeouts
 from proxy.errors import ProxyError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
-from proxy.normalize.stream import frames_from_response
+from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.sse import SSEDecoder
 from proxy.upstream import mapped_errors, read_whole
 
@@ -50,10 +52,12 @@ async def relay_whole(
     deadline: float,
 ) -> web.Response:
     """A non-streamed answer: read it whole (bounded), normalize it, send it."""
+    if _is_event_stream(upstream):
+        return await _stream_as_whole(upstream, family, ctx, exchange, timeouts, deadline)
     loop = asyncio.get_running_loop()
     waited = loop.time()
     try:
-        async with asyncio.timeout(deadline):
+        async with asyncio.timeout_at(deadline):
             raw = await read_whole(upstream, RESPONSE_LIMIT)
     except TimeoutError as exc:
         raise UpstreamTimeout(
@@ -66,6 +70,44 @@ async def relay_whole(
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
     return web.Response(body=normalized.body, content_type="application/json")
+
+
+async def _stream_as_whole(
+    upstream: aiohttp.ClientResponse,
+    family: ApiFamily,
+    ctx: RequestContext,
+    exchange: Exchange,
+    timeouts: Timeouts,
+    deadline: float,
+) -> web.Response:
+    """A whole answer was asked for but the upstream streamed: collect the stream, then answer."""
+    normalizer = family.stream(replace(ctx, include_usage=True))
+    decoder = SSEDecoder()
+    frames: list[bytes] = []
+    loop = asyncio.get_running_loop()
+    waited = loop.time()
+    try:
+        async with asyncio.timeout_at(deadline):
+            while not normalizer.ended:
+                with mapped_errors("stream"):
+                    data = await upstream.content.readany()
+                for event in decoder.feed(data) if data else decoder.close():
+                    frames += normalizer.feed(event)
+                if not data:
+                    frames += normalizer.finish()
+    except TimeoutError as exc:
+        raise UpstreamTimeout(
+            f"The upstream did not finish its answer within {timeouts.total:g} s"
+        ) from exc
+    finally:
+        exchange.upstream_wait += loop.time() - waited
+        exchange.usage = normalizer.usage
+        exchange.fixes = frozenset(normalizer.fixes)
+        upstream.close()
+    if normalizer.error is not None:
+        raise normalizer.error
+    usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
+    return web.Response(body=response_from_frames(frames, usage), content_type="application/json")
 
 
 async def relay_stream(

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from tests.harness import SUPPORT_KEY, TEAM_KEY, UPSTREAM_SECRET, Servers
+from tests.replay import goldens, parse_frames
 from tests.schema import validate
 
 CHAT = [{"role": "user", "content": "Hello"}]
@@ -336,9 +337,10 @@ async def test_failure_after_the_first_byte_is_one_error_event(proxy_url: str, m
 
 
 async def test_models_lists_what_the_team_may_use(proxy_url: str) -> None:
-    async with aiohttp.ClientSession() as session, session.get(
-        proxy_url + "/models", headers={"Authorization": f"Bearer {SUPPORT_KEY}"}
-    ) as r:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(proxy_url + "/models", headers={"Authorization": f"Bearer {SUPPORT_KEY}"}) as r,
+    ):
         body = await r.json()
     validate(body, "ListModelsResponse")
     assert [m["id"] for m in body["data"]] == ["llama-3.1-8b"]
@@ -441,3 +443,42 @@ async def test_sdk_sync_and_async_seed_dialects(proxy_url: str) -> None:
         with pytest.raises(openai.NotFoundError) as info:
             await aclient.chat.completions.create(model="gpt-9", messages=CHAT)  # type: ignore[arg-type]
         assert info.value.code == "model_not_found"
+
+
+async def test_upstream_that_ignores_stream_false_is_collected(proxy_url: str) -> None:
+    golden = next(g for g in goldens() if g.name == "azure.chat.stream.model-router.sse")
+    status, _, raw = await post(
+        proxy_url + "/chat/completions", {"model": "azure-gpt", "messages": CHAT}
+    )
+    assert status == 200, raw
+    body = orjson.loads(raw)
+    validate(body, "CreateChatCompletionResponse")
+    want = golden.data["choices"]["0"]
+    assert body["choices"][0]["message"]["content"] == want["content"]
+    assert body["choices"][0]["finish_reason"] == want["finish_reason"]
+    assert body["id"] == golden.data["id"] and body["model"] == "azure-gpt"
+    assert body["usage"]["total_tokens"] == golden.data["usage"]["total_tokens"]
+
+
+async def test_upstream_that_ignores_stream_true_is_streamed(proxy_url: str) -> None:
+    body = {
+        "model": "sabia-4",
+        "messages": CHAT,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, headers, raw = await post(proxy_url + "/chat/completions", body)
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    payloads = parse_frames(raw)
+    assert payloads[-1] == "[DONE]"
+    chunks = payloads[:-1]
+    for chunk in chunks:
+        validate(chunk, "CreateChatCompletionStreamResponse")
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text.startswith("Certainly! Bahia") and text.endswith("tranquility.")
+    assert chunks[-1]["usage"] == {
+        "prompt_tokens": 54,
+        "completion_tokens": 538,
+        "total_tokens": 592,
+    }
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"

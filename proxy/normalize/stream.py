@@ -55,7 +55,6 @@ from proxy.usage import Usage, canonical_usage, estimated_usage, sum_usage, usag
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "system_fingerprint"})
 _CHAT_CHOICE_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})
 _COMPLETION_CHOICE_KEYS = frozenset({"index", "text", "logprobs", "finish_reason"})
-_DELTA_KEYS = ("role", "content", "reasoning_content", "refusal", "function_call")
 
 
 class _Failed:
@@ -515,58 +514,3 @@ class StreamNormalizer:
             "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens,
         }
-
-
-def frames_from_response(body: bytes, ctx: RequestContext) -> list[bytes]:
-    """A canonical whole response (as ``normalize_response`` makes it) told as a stream.
-
-    For upstreams that answer a stream request with one JSON body: the client still gets the
-    stream it asked for, one chunk of everything per choice, then finish, usage and [DONE].
-    """
-    whole = orjson.loads(body)
-    chat = ctx.endpoint == "chat"
-    envelope = {
-        "id": whole["id"],
-        "object": "chat.completion.chunk" if chat else "text_completion",
-        "created": whole["created"],
-        "model": whole["model"],
-    }
-    if "system_fingerprint" in whole:
-        envelope["system_fingerprint"] = whole["system_fingerprint"]
-    frames = []
-    for choice in whole["choices"]:
-        if chat:
-            message = choice["message"]
-            delta = {key: message[key] for key in _DELTA_KEYS if message.get(key) is not None}
-            if message.get("tool_calls"):
-                delta["tool_calls"] = [
-                    {"index": i, **call} for i, call in enumerate(message["tool_calls"])
-                ]
-            first = {
-                "index": choice["index"],
-                "delta": delta,
-                "logprobs": choice["logprobs"],
-                "finish_reason": None,
-            }
-            last = {
-                "index": choice["index"],
-                "delta": {},
-                "logprobs": None,
-                "finish_reason": choice["finish_reason"],
-            }
-        else:
-            first = {**choice, "finish_reason": None}
-            last = {
-                "index": choice["index"],
-                "text": "",
-                "logprobs": None,
-                "finish_reason": choice["finish_reason"],
-            }
-        frames.append(encode_data(orjson.dumps({**envelope, "choices": [first]})))
-        frames.append(encode_data(orjson.dumps({**envelope, "choices": [last]})))
-    if ctx.include_usage:
-        frames.append(
-            encode_data(orjson.dumps({**envelope, "choices": [], "usage": whole["usage"]}))
-        )
-    frames.append(DONE_FRAME)
-    return frames

@@ -1,0 +1,137 @@
+"""Recorded response bodies, and how a file's name and extension say how to serve it.
+
+A recording is served with the status and content type its name implies, in the units its
+format is written in: a whole JSON body at once, an event stream event by event, NDJSON line by
+line. Splitting never changes a byte, so the client receives exactly the file.
+
+    extension   content type            written as                 status
+    .json       application/json        one body (Content-Length)  200, or an error status below
+    .sse        text/event-stream       one chunk per event        200
+    .ndjson     application/x-ndjson    one chunk per line         200
+
+A ``.json`` recording whose name has an ``error`` segment replays a provider's error response:
+``error.<3-digit code>`` (``gemini.error.429.json``) is served with that status,
+``error.overloaded`` (``anthropic.error.overloaded.json``) with Anthropic's 529, and any other
+(``openai.error.json``) with 400. Streams named ``...error.sse`` are mid-stream errors, which
+providers send after a 200, so they keep 200.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+# The alternation tries CRLF first, so a CR immediately followed by LF is one line ending.
+_LINE_ENDING: Final = re.compile(rb"\r\n|\r|\n")
+
+OVERLOADED_STATUS: Final = 529  # Anthropic's "overloaded_error"; not an IANA status.
+
+
+@dataclass(frozen=True)
+class Recording:
+    name: str
+    status: int
+    content_type: str
+    streamed: bool
+    body: bytes
+    events: tuple[bytes, ...]
+    """``body`` in the units it is written in: joined, exactly ``body``."""
+
+
+@dataclass(frozen=True)
+class _Format:
+    content_type: str
+    streamed: bool
+    split: Callable[[bytes], tuple[bytes, ...]]
+
+
+def split_events(data: bytes) -> tuple[bytes, ...]:
+    """Split an event stream after each blank line, keeping every byte.
+
+    Lines end in CRLF, LF or CR, and an empty line dispatches an event (WHATWG HTML 9.2.5
+    "Parsing an event stream", 9.2.6 "Interpreting an event stream"), so a CRLF file splits
+    after each ``\\r\\n\\r\\n``. Comments stay inside their event, and a last event with no
+    blank line after it is kept as it is.
+    """
+    events: list[bytes] = []
+    start = line_start = 0
+    for ending in _LINE_ENDING.finditer(data):
+        if ending.start() == line_start:
+            events.append(data[start : ending.end()])
+            start = ending.end()
+        line_start = ending.end()
+    if start < len(data):
+        events.append(data[start:])
+    return tuple(events)
+
+
+def split_lines(data: bytes) -> tuple[bytes, ...]:
+    """Split NDJSON after each LF, keeping every byte."""
+    # Not bytes.splitlines: it also breaks at a bare CR, which NDJSON does not end lines with.
+    parts = data.split(b"\n")
+    lines = [part + b"\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return tuple(lines)
+
+
+def _whole(data: bytes) -> tuple[bytes, ...]:
+    return (data,)
+
+
+_FORMATS: Final = MappingProxyType(
+    {
+        ".json": _Format("application/json", streamed=False, split=_whole),
+        ".sse": _Format("text/event-stream", streamed=True, split=split_events),
+        ".ndjson": _Format("application/x-ndjson", streamed=True, split=split_lines),
+    }
+)
+
+_ERROR_STATUSES: Final = MappingProxyType({"overloaded": OVERLOADED_STATUS})
+_DEFAULT_ERROR_STATUS: Final = 400
+
+
+def is_recording_name(name: str) -> bool:
+    """Whether ``name`` can name a recording: a plain file name with a known extension.
+
+    Model names come from clients, so anything that could leave the directory is refused.
+    """
+    return (
+        bool(name)
+        and not name.startswith(".")
+        and not any(char in name for char in "/\\\0")
+        and _extension(name) in _FORMATS
+    )
+
+
+def recording_status(name: str) -> int:
+    """The status a recording is served with (see the module docstring)."""
+    segments = name.split(".")
+    if segments[-1] != "json" or "error" not in segments[:-1]:
+        return 200
+    following = segments[segments.index("error") + 1 : -1]
+    qualifier = following[0] if following else ""
+    if len(qualifier) == 3 and qualifier.isdigit() and 400 <= int(qualifier) <= 599:
+        return int(qualifier)
+    return _ERROR_STATUSES.get(qualifier, _DEFAULT_ERROR_STATUS)
+
+
+def parse_recording(name: str, data: bytes) -> Recording:
+    """A recording named ``name`` with body ``data``; ``name`` must pass ``is_recording_name``."""
+    form = _FORMATS[_extension(name)]
+    return Recording(
+        name=name,
+        status=recording_status(name),
+        content_type=form.content_type,
+        streamed=form.streamed,
+        body=data,
+        events=form.split(data),
+    )
+
+
+def _extension(name: str) -> str:
+    dot = name.rfind(".")
+    return name[dot:] if dot > 0 else ""

@@ -1,0 +1,244 @@
+"""The emulator's aiohttp application: routes, the request log, and serving it.
+
+    request                              answer
+    POST .../chat/completions            the model's recording (see ``endpoint``), or its fault
+    POST .../completions                 the same, with ``completions`` recordings
+    POST .../api/chat/inference          the same, with Maritaca's ``chat-inference`` recordings
+    GET  .../models                      every model a request can ask for
+    GET  /_emulator/requests             the requests received, newest last (at most 1000)
+    DELETE /_emulator/requests           forget them
+    a known path, another method         405 with Allow, OpenAI-style
+    anything else                        404, OpenAI-style
+
+A body that is not JSON gets 400, a body without a string ``model`` 400, an unknown fault 400
+and a model with no recording 404, each with an OpenAI-style error body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, TypedDict
+
+import orjson
+from aiohttp import web
+
+from proxy.emulator.endpoint import (
+    ENDPOINTS,
+    Endpoint,
+    match_endpoint,
+    model_list,
+    recording_names,
+)
+from proxy.emulator.fault import Fault, FaultError, parse_fault, split_model
+from proxy.emulator.playback import Playback, error_response, play
+from proxy.emulator.recording import parse_recording
+from proxy.emulator.store import RECORDINGS_DIR, RecordingStore
+
+REQUEST_LOG_SIZE: Final = 1000
+# Large enough for any prompt a test sends; the proxy, not the emulator, enforces body limits.
+_MAX_BODY: Final = 64 * 1024 * 1024
+_NOT_JSON: Final = object()
+
+logger = logging.getLogger(__name__)
+
+
+class RecordedRequest(TypedDict):
+    method: str
+    path: str
+    query_string: str
+    query: dict[str, str]
+    """The first value of each parameter; ``query_string`` has them all."""
+    headers: dict[str, str]
+    """Names in lower case; repeated fields joined with ", " (RFC 9110, 5.3)."""
+    json: object
+    """The parsed body; None when there is none or it is not JSON."""
+
+
+@dataclass(frozen=True)
+class Emulator:
+    store: RecordingStore
+    chunk_delay: float
+    route_faults: Mapping[str, Fault]
+    requests: deque[RecordedRequest]
+    responding: dict[asyncio.Task[Any], web.Request]
+    """The requests being answered, by the task answering each."""
+
+
+EMULATOR: Final = web.AppKey("emulator", Emulator)
+
+
+def build_emulator_app(
+    recordings: Path | None = None,
+    *,
+    chunk_delay: float = 0.0,
+    faults: Mapping[str, str] | None = None,
+) -> web.Application:
+    """The emulator, replaying ``recordings`` (None: the packaged ones).
+
+    ``chunk_delay`` is the pause in seconds between a stream's events. ``faults`` maps an
+    endpoint name (``chat``, ``completions``, ``chat-inference``, ``models``) to the fault every
+    request to it gets unless its model names another; ValueError if one cannot be parsed.
+    """
+    if not math.isfinite(chunk_delay) or chunk_delay < 0:
+        raise ValueError(f"chunk_delay must be a number of seconds, not {chunk_delay!r}")
+    route_faults = _parse_route_faults(faults or {})
+    app = web.Application(client_max_size=_MAX_BODY)
+    app[EMULATOR] = Emulator(
+        store=RecordingStore(recordings if recordings is not None else RECORDINGS_DIR),
+        chunk_delay=chunk_delay,
+        route_faults=route_faults,
+        requests=deque(maxlen=REQUEST_LOG_SIZE),
+        responding={},
+    )
+    app.on_shutdown.append(_cut_off_responses)
+    app.router.add_get("/_emulator/requests", _list_requests)
+    app.router.add_delete("/_emulator/requests", _clear_requests)
+    app.router.add_route("*", "/{path:.*}", _answer)
+    return app
+
+
+async def run_emulator(
+    host: str,
+    port: int,
+    recordings: Path | None = None,
+    chunk_delay: float = 0.0,
+    *,
+    faults: Mapping[str, str] | None = None,
+) -> None:
+    """Serve the emulator on ``host``:``port`` until cancelled."""
+    app = build_emulator_app(recordings, chunk_delay=chunk_delay, faults=faults)
+    # Cancelling the handler of a client that went away ends its hang or stall at once; an
+    # access log would only slow benchmarks down.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        for address in runner.addresses:
+            # Logged after binding because port 0 asks the system to choose the port.
+            url = _http_url(address[0], address[1])
+            logger.info("emulator serving %s on %s", app[EMULATOR].store.directory, url)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def _http_url(host: str, port: int) -> str:
+    # An IPv6 literal is bracketed in a URL (RFC 3986, 3.2.2).
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _parse_route_faults(faults: Mapping[str, str]) -> Mapping[str, Fault]:
+    names = {endpoint.name for endpoint in ENDPOINTS}
+    parsed: dict[str, Fault] = {}
+    for name, spec in faults.items():
+        if name not in names:
+            raise ValueError(f"no endpoint {name!r} for fault {spec!r}; endpoints: {sorted(names)}")
+        try:
+            parsed[name] = parse_fault(spec)
+        except FaultError as exc:
+            raise ValueError(f"endpoint {name!r}: {exc}") from exc
+    return MappingProxyType(parsed)
+
+
+async def _cut_off_responses(app: web.Application) -> None:
+    # on_shutdown runs before aiohttp waits for the handlers still running, which it would do
+    # for shutdown_timeout (60 s) before cancelling them itself: hung, stalled and endless
+    # responses end here instead. Aborting first also frees a write waiting for a client that
+    # stopped reading, and leaves no half-written connection open.
+    for task, request in list(app[EMULATOR].responding.items()):
+        if request.transport is not None:
+            request.transport.abort()
+        task.cancel()
+
+
+async def _list_requests(request: web.Request) -> web.Response:
+    log = list(request.app[EMULATOR].requests)
+    return web.Response(body=orjson.dumps(log), headers={"Content-Type": "application/json"})
+
+
+async def _clear_requests(request: web.Request) -> web.Response:
+    request.app[EMULATOR].requests.clear()
+    return web.Response(status=204)
+
+
+async def _answer(request: web.Request) -> web.StreamResponse:
+    emulator = request.app[EMULATOR]
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("aiohttp runs every handler in a task")
+    emulator.responding[task] = request
+    try:
+        return await _answer_request(request, emulator)
+    finally:
+        del emulator.responding[task]
+
+
+async def _answer_request(request: web.Request, emulator: Emulator) -> web.StreamResponse:
+    payload = _parse_json(await request.read())
+    emulator.requests.append(_record(request, payload))
+    endpoint = match_endpoint(request.path)
+    if endpoint is None:
+        message = f"Invalid URL ({request.method} {request.path})"
+        return error_response(404, message, code="unknown_url")
+    if request.method != endpoint.method:
+        message = f"{request.method} is not allowed on {request.path}; use {endpoint.method}"
+        return error_response(405, message, headers={"Allow": endpoint.method})
+    if endpoint.method == "GET":
+        listing = parse_recording("models.json", model_list(emulator.store.names()))
+        playback = Playback(request, endpoint, "", listing, emulator.chunk_delay)
+        return await play(playback, emulator.route_faults.get(endpoint.name))
+    return await _answer_model(request, emulator, endpoint, payload)
+
+
+async def _answer_model(
+    request: web.Request, emulator: Emulator, endpoint: Endpoint, payload: object
+) -> web.StreamResponse:
+    if payload is _NOT_JSON:
+        return error_response(400, "the request body is not valid JSON", code="invalid_json")
+    if not isinstance(payload, dict) or not isinstance(model := payload.get("model"), str):
+        message = "the request body must be a JSON object with a string 'model'"
+        return error_response(400, message, param="model")
+    base, spec = split_model(model)
+    try:
+        fault = parse_fault(spec) if spec is not None else emulator.route_faults.get(endpoint.name)
+    except FaultError as exc:
+        return error_response(400, str(exc), param="model", code="invalid_fault")
+    recording = None
+    if fault is None or fault.needs_recording:
+        names = recording_names(base, endpoint, stream=payload.get("stream") is True)
+        recording = emulator.store.find(names)
+        if recording is None:
+            message = f"no recording for model '{base}'"
+            return error_response(404, message, param="model", code="model_not_found")
+    playback = Playback(request, endpoint, base, recording, emulator.chunk_delay)
+    return await play(playback, fault)
+
+
+def _parse_json(body: bytes) -> object:
+    try:
+        parsed: object = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _NOT_JSON
+    return parsed
+
+
+def _record(request: web.Request, payload: object) -> RecordedRequest:
+    headers: dict[str, str] = {}
+    for name, value in request.headers.items():
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return {
+        "method": request.method,
+        "path": request.path,
+        "query_string": request.query_string,
+        "query": {name: request.query.getone(name) for name in request.query},
+        "headers": headers,
+        "json": None if payload is _NOT_JSON else payload,
+    }

@@ -1,0 +1,213 @@
+"""The ``llm-proxy`` command line, run as a user runs it: real processes, real ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.harness import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "proxy"]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_hash_key() -> None:
+    result = run_cli("hash-key", "test")
+    assert result.returncode == 0
+    assert (
+        result.stdout.strip()
+        == "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    )
+
+
+def test_check_config_prints_routes_and_never_keys() -> None:
+    env = {
+        name: f"secret-{name}"
+        for name in (
+            "OPENAI_API_KEY",
+            "FRIENDLI_TOKEN",
+            "MARITACA_API_KEY",
+            "GROQ_API_KEY",
+            "DEEPSEEK_API_KEY",
+            "MISTRAL_API_KEY",
+            "AZURE_OPENAI_KEY",
+            "RESEARCH_KEY",
+            "SUPPORT_KEY",
+        )
+    }
+    result = run_cli("check-config", "config/proxy.yaml", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "llama-3.1-8b -> friendli (meta-llama-3.1-8b-instruct)" in result.stdout
+    assert "secret-" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "problems"),
+    [
+        ("providers: {}\nmodels: {}\nteams: {}\n", ["providers: must be a non-empty mapping"]),
+        ("server: [\n", ["invalid YAML"]),
+        (
+            "providers: {p: {base_url: 'http://x'}}\nmodels: {m: {provider: q, model: m}}\n"
+            "teams: {t: {keys: ['${NOPE_KEY}'], models: ['*']}}\n",
+            [
+                "models.m.provider: unknown provider 'q'",
+                "teams.t.keys[0]: environment variable NOPE_KEY is not set",
+            ],
+        ),
+    ],
+    ids=["empty sections", "YAML syntax", "two problems at once"],
+)
+def test_check_config_reports_every_problem_without_a_traceback(
+    tmp_path: Path, text: str, problems: list[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = run_cli("check-config", str(path))
+    assert result.returncode != 0
+    for problem in problems:
+        assert problem in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_check_config_on_a_missing_file() -> None:
+    result = run_cli("check-config", "/nonexistent/proxy.yaml")
+    assert (
+        result.returncode != 0
+        and "cannot read" in result.stderr
+        and "Traceback" not in result.stderr
+    )
+
+
+def test_serve_refuses_a_bad_config_before_listening(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("providers: {}\n")
+    result = run_cli("serve", "--config", str(path), "--port", str(free_port()))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@contextmanager
+def process(*args: str, ready: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [*CLI, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        seen = []
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            seen.append(line)
+            if ready in line:
+                break
+        else:
+            raise AssertionError("not ready: " + "".join(seen))
+        assert ready in "".join(seen), "".join(seen)
+        # Keep reading, so that a chatty process never blocks on a full pipe.
+        drain = threading.Thread(target=proc.stdout.read, daemon=True)
+        drain.start()
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_demo_runs_offline_and_answers_the_printed_snippet() -> None:
+    port, emulator_port = free_port(), free_port()
+    with process(
+        "demo", "--port", str(port), "--emulator-port", str(emulator_port), ready="Ctrl-C stops"
+    ) as proc:
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-demo", max_retries=0
+        )
+        with client:
+            text = "".join(
+                chunk.choices[0].delta.content or ""
+                for chunk in client.chat.completions.create(
+                    model="llama-3.1-8b", stream=True, messages=[{"role": "user", "content": "Hi"}]
+                )
+                if chunk.choices
+            )
+            assert text == "This is"
+            for model in ("gpt-4o-mini", "sabia-4", "gpt-5-nano", "llama-3.3-70b", "deepseek-r1"):
+                stream = client.chat.completions.create(
+                    model=model, stream=True, messages=[{"role": "user", "content": "Hi"}]
+                )
+                assert any(chunk.choices and chunk.choices[0].finish_reason for chunk in stream), (
+                    model
+                )
+    assert proc.returncode == 0
+
+
+def test_serve_with_two_workers(tmp_path: Path) -> None:
+    emulator_port, port = free_port(), free_port()
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        f"providers: {{emu: {{base_url: 'http://127.0.0.1:{emulator_port}/v1'}}}}\n"
+        "models: {gpt-4o: {provider: emu, model: openai}}\n"
+        "teams: {t: {keys: [sk-cli-test], models: ['*']}}\naccess_log: false\n"
+    )
+    with (
+        process("emulate", "--port", str(emulator_port), ready="listening"),
+        process(
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            ready="listening",
+        ),
+    ):
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/readyz", timeout=2
+                ) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.monotonic() < deadline, "the workers never became ready"
+            time.sleep(0.1)
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-cli-test", max_retries=0
+        )
+        with client:
+            for _ in range(20):
+                chat = client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "Hi"}]
+                )
+                assert chat.model == "gpt-4o" and chat.choices[0].message.content

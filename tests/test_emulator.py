@@ -1,0 +1,746 @@
+"""The upstream emulator, exercised over loopback TCP with real aiohttp clients."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from pytest_aiohttp import AiohttpServer
+
+from proxy.emulator import RECORDINGS_DIR, build_emulator_app, run_emulator
+from proxy.emulator.__main__ import parse_args
+from proxy.emulator.fault import Fault, FaultError, parse_fault, split_model
+from proxy.emulator.recording import recording_status, split_events, split_lines
+from proxy.emulator.server import EMULATOR, REQUEST_LOG_SIZE
+
+CATALOGUE = Path(__file__).parent / "fixtures" / "providers"
+PACKAGED = (
+    "azure.chat.stream.model-router.sse",
+    "deepseek.chat.json",
+    "deepseek.chat.stream.reasoning.sse",
+    "friendli.chat.json",
+    "friendli.chat.stream.sse",
+    "friendli.completions.json",
+    "friendli.completions.stream.sse",
+    "groq.chat.json",
+    "groq.chat.stream.sse",
+    "maritaca.chat-inference.json",
+    "maritaca.chat-inference.stream.sse",
+    "maritaca.chat.json",
+    "mistral.chat.json",
+    "mistral.chat.stream.sse",
+    "openai.chat.json",
+    "openai.chat.stream.sse",
+    "openai.chat.stream.tool-calls.sse",
+    "openai.completions.json",
+    "openai.completions.stream.sse",
+)
+CRLF_STREAM = (
+    b'data: {"n":1}\r\n\r\n'
+    b": keep-alive comment\r\n\r\n"
+    b'event: message\r\nid: 7\r\ndata: {"n":2}\r\n\r\n'
+    b"data: [DONE]\r\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_logged_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    # A fault must look broken to the client only: the emulator itself logs no tracebacks.
+    yield
+    # Servers are closed in teardown, before this fixture's own teardown.
+    records = [r for when in ("setup", "call", "teardown") for r in caplog.get_records(when)]
+    assert [r.getMessage() for r in records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as client:
+        yield client
+
+
+@pytest.fixture
+async def emulator(aiohttp_server: AiohttpServer) -> TestServer:
+    return await aiohttp_server(build_emulator_app())
+
+
+@pytest.fixture
+def recordings(tmp_path: Path) -> Path:
+    (tmp_path / "crlf.chat.stream.sse").write_bytes(CRLF_STREAM)
+    (tmp_path / "lines.chat.stream.ndjson").write_bytes(b'{"a":1}\n{"b":2}\r\n{"c":3}')
+    (tmp_path / "three.chat.stream.sse").write_bytes(b"data: 1\n\ndata: 2\n\ndata: 3\n\n")
+    (tmp_path / "m.chat.json").write_bytes(b'{"exact":true}')
+    (tmp_path / "m.chat.json.completions.json").write_bytes(b'{"exact":false}')
+    (tmp_path / "README.md").write_bytes(b"# not a recording\n")
+    return tmp_path
+
+
+async def post(
+    session: aiohttp.ClientSession, server: TestServer, path: str, body: object, **kwargs: Any
+) -> tuple[int, dict[str, str], bytes]:
+    async with session.post(server.make_url(path), data=orjson.dumps(body), **kwargs) as resp:
+        return resp.status, dict(resp.headers), await resp.read()
+
+
+def packaged(name: str) -> bytes:
+    return (RECORDINGS_DIR / name).read_bytes()
+
+
+# Splitting recordings: joined, the pieces are always exactly the input.
+
+
+@pytest.mark.parametrize(
+    ("data", "events"),
+    [
+        (b"data: a\n\ndata: b\n\n", [b"data: a\n\n", b"data: b\n\n"]),
+        (b"data: a\r\n\r\ndata: b\r\n\r\n", [b"data: a\r\n\r\n", b"data: b\r\n\r\n"]),
+        (b"data: a\r\rdata: b\r\r", [b"data: a\r\r", b"data: b\r\r"]),
+        (b"data: a\r\n\ndata: b\n\r\n", [b"data: a\r\n\n", b"data: b\n\r\n"]),
+        (b"data: a\r\ndata: b\r\n", [b"data: a\r\ndata: b\r\n"]),
+        (b": ping\n\ndata: a\n\n", [b": ping\n\n", b"data: a\n\n"]),
+        (b"data: a\n\ndata: [DONE]\n", [b"data: a\n\n", b"data: [DONE]\n"]),
+        (b"data: a\n\ndata: [DONE]", [b"data: a\n\n", b"data: [DONE]"]),
+        (b"\n\ndata: a\n\n\n", [b"\n", b"\n", b"data: a\n\n", b"\n"]),
+        (b"", []),
+    ],
+)
+def test_split_events(data: bytes, events: list[bytes]) -> None:
+    assert list(split_events(data)) == events
+
+
+@pytest.mark.parametrize("name", [n for n in PACKAGED if n.endswith(".sse")])
+def test_split_events_keeps_packaged_streams_whole(name: str) -> None:
+    events = split_events(packaged(name))
+    assert b"".join(events) == packaged(name)
+    assert all(event.endswith(b"\n\n") for event in events[:-1])
+
+
+@pytest.mark.parametrize(
+    ("data", "lines"),
+    [
+        (b'{"a":1}\n{"b":2}\n', [b'{"a":1}\n', b'{"b":2}\n']),
+        (b'{"a":"x\ry"}\n{"b":2}', [b'{"a":"x\ry"}\n', b'{"b":2}']),
+    ],
+)
+def test_split_lines(data: bytes, lines: list[bytes]) -> None:
+    assert list(split_lines(data)) == lines
+
+
+@pytest.mark.parametrize(
+    ("name", "status"),
+    [
+        ("openai.chat.json", 200),
+        ("openai.error.json", 400),
+        ("gemini.error.429.json", 429),
+        ("x.error.503.json", 503),
+        ("anthropic.error.overloaded.json", 529),
+        ("openrouter.chat.stream.error.sse", 200),
+        ("anthropic.messages.stream.error.sse", 200),
+    ],
+)
+def test_recording_status(name: str, status: int) -> None:
+    assert recording_status(name) == status
+
+
+# The packaged recordings.
+
+
+def test_packaged_recordings_are_the_listed_ones() -> None:
+    names = sorted(path.name for path in RECORDINGS_DIR.iterdir() if path.name != "README.md")
+    assert names == sorted(PACKAGED)
+
+
+@pytest.mark.parametrize("name", PACKAGED)
+def test_packaged_recording_is_a_copy_of_the_catalogue(name: str) -> None:
+    if not (CATALOGUE / name).exists():
+        pytest.skip(f"{CATALOGUE / name} is not there to compare with")
+    assert packaged(name) == (CATALOGUE / name).read_bytes()
+
+
+@pytest.mark.parametrize("name", PACKAGED)
+async def test_each_packaged_recording_is_served_by_name(
+    session: aiohttp.ClientSession, emulator: TestServer, name: str
+) -> None:
+    path = "/api/chat/inference" if "chat-inference" in name else "/v1/chat/completions"
+    status, headers, body = await post(session, emulator, path, {"model": name})
+    assert (status, body) == (200, packaged(name))
+    expected = "text/event-stream" if name.endswith(".sse") else "application/json"
+    assert headers["Content-Type"] == expected
+
+
+# Routes and the choice of recording.
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "name"),
+    [
+        ("/v1/chat/completions", {"model": "openai"}, "openai.chat.json"),
+        ("/v1/chat/completions", {"model": "openai", "stream": True}, "openai.chat.stream.sse"),
+        ("/openai/v1/chat/completions", {"model": "groq"}, "groq.chat.json"),
+        ("/chat/completions", {"model": "mistral", "stream": True}, "mistral.chat.stream.sse"),
+        ("/v1/chat/completions/", {"model": "deepseek"}, "deepseek.chat.json"),
+        ("/v1/completions", {"model": "openai"}, "openai.completions.json"),
+        ("/serverless/v1/completions", {"model": "friendli"}, "friendli.completions.json"),
+        (
+            "/serverless/v1/chat/completions",
+            {"model": "friendli", "stream": True},
+            "friendli.chat.stream.sse",
+        ),
+        ("/api/chat/inference", {"model": "maritaca"}, "maritaca.chat-inference.json"),
+        (
+            "/api/chat/inference",
+            {"model": "maritaca", "stream": True},
+            "maritaca.chat-inference.stream.sse",
+        ),
+        ("/api/chat/completions", {"model": "maritaca"}, "maritaca.chat.json"),
+        # A model naming a file gets it whatever the endpoint and the stream flag say.
+        ("/v1/completions", {"model": "groq.chat.stream.sse"}, "groq.chat.stream.sse"),
+        (
+            "/v1/chat/completions",
+            {"model": "openai.chat.json", "stream": True},
+            "openai.chat.json",
+        ),
+        # Only true streams: a truthy non-boolean is not a stream request.
+        ("/v1/chat/completions", {"model": "openai", "stream": "yes"}, "openai.chat.json"),
+    ],
+)
+async def test_route_serves_recording(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str, body: object, name: str
+) -> None:
+    status, headers, served = await post(session, emulator, path, body)
+    assert (status, served) == (200, packaged(name))
+    expected = "text/event-stream" if name.endswith(".sse") else "application/json"
+    assert headers["Content-Type"] == expected
+
+
+async def test_exact_name_comes_before_the_endpoint_pattern(
+    session: aiohttp.ClientSession, aiohttp_server: AiohttpServer, recordings: Path
+) -> None:
+    server = await aiohttp_server(build_emulator_app(recordings))
+    status, _, body = await post(session, server, "/v1/completions", {"model": "m.chat.json"})
+    assert (status, body) == (200, b'{"exact":true}')
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/openai/v1/models", "/models"])
+async def test_models_lists_what_can_be_asked_for(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str
+) -> None:
+    async with session.get(emulator.make_url(path)) as resp:
+        assert resp.status == 200
+        listing = await resp.json()
+    ids = {model["id"] for model in listing["data"]}
+    assert listing["object"] == "list"
+    assert {"openai", "maritaca", "groq.chat.stream.sse"} <= ids
+    assert "README.md" not in ids
+
+
+@pytest.mark.parametrize(
+    ("model", "stream"),
+    [
+        ("nope", False),
+        ("nope", True),
+        ("README.md", False),
+        ("../recordings/openai.chat.json", False),
+        ("/etc/passwd", False),
+        (".openai.chat.json", False),
+    ],
+)
+async def test_unknown_model_is_404(
+    session: aiohttp.ClientSession, emulator: TestServer, model: str, stream: bool
+) -> None:
+    body = {"model": model, "stream": stream}
+    status, headers, served = await post(session, emulator, "/v1/chat/completions", body)
+    assert status == 404
+    assert headers["Content-Type"] == "application/json"
+    assert orjson.loads(served) == {
+        "error": {
+            "message": f"no recording for model '{model}'",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "param", "code"),
+    [
+        (b"{not json", "the request body is not valid JSON", None, "invalid_json"),
+        (b"", "the request body is not valid JSON", None, "invalid_json"),
+        (b"[1]", "the request body must be a JSON object with a string 'model'", "model", None),
+        (
+            b'{"model": 7}',
+            "the request body must be a JSON object with a string 'model'",
+            "model",
+            None,
+        ),
+    ],
+)
+async def test_bad_body_is_400(
+    session: aiohttp.ClientSession,
+    emulator: TestServer,
+    body: bytes,
+    message: str,
+    param: str | None,
+    code: str | None,
+) -> None:
+    async with session.post(emulator.make_url("/v1/chat/completions"), data=body) as resp:
+        assert resp.status == 400
+        error = await resp.json()
+    assert error == {
+        "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    }
+
+
+async def test_unknown_path_is_404(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    status, _, body = await post(session, emulator, "/v1/embeddings", {"model": "openai"})
+    assert status == 404
+    assert orjson.loads(body)["error"]["code"] == "unknown_url"
+
+
+async def test_wrong_method_is_405(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    async with session.get(emulator.make_url("/v1/chat/completions")) as resp:
+        assert resp.status == 405
+        assert resp.headers["Allow"] == "POST"
+        assert (await resp.json())["error"]["type"] == "invalid_request_error"
+
+
+# Streams: the exact bytes, event by event.
+
+
+async def read_http_chunks(resp: aiohttp.ClientResponse) -> list[bytes]:
+    chunks, current = [], b""
+    async for data, end_of_chunk in resp.content.iter_chunks():
+        current += data
+        if end_of_chunk:
+            chunks.append(current)
+            current = b""
+    assert current == b""
+    return chunks
+
+
+async def test_crlf_stream_is_served_exactly_one_event_per_chunk(
+    session: aiohttp.ClientSession, aiohttp_server: AiohttpServer, recordings: Path
+) -> None:
+    server = await aiohttp_server(build_emulator_app(recordings))
+    body = {"model": "crlf", "stream": True}
+    async with session.post(server.make_url("/v1/chat/completions"), json=body) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        chunks = await read_http_chunks(resp)
+    assert b"".join(chunks) == CRLF_STREAM
+    assert chunks == list(split_events(CRLF_STREAM))
+    assert len(chunks) == 4
+
+
+async def test_ndjson_is_served_line_by_line(
+    session: aiohttp.ClientSession, aiohttp_server: AiohttpServer, recordings: Path
+) -> None:
+    server = await aiohttp_server(build_emulator_app(recordings))
+    body = {"model": "lines.chat.stream.ndjson"}
+    async with session.post(server.make_url("/v1/chat/completions"), json=body) as resp:
+        assert resp.headers["Content-Type"] == "application/x-ndjson"
+        chunks = await read_http_chunks(resp)
+    assert chunks == [b'{"a":1}\n', b'{"b":2}\r\n', b'{"c":3}']
+
+
+async def test_chunk_delay_paces_events(
+    session: aiohttp.ClientSession, aiohttp_server: AiohttpServer, recordings: Path
+) -> None:
+    server = await aiohttp_server(build_emulator_app(recordings, chunk_delay=0.1))
+    started = time.monotonic()
+    body = {"model": "three", "stream": True}
+    async with session.post(server.make_url("/v1/chat/completions"), json=body) as resp:
+        chunks = await read_http_chunks(resp)
+    assert chunks == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"]
+    assert time.monotonic() - started >= 0.2
+
+
+@pytest.mark.parametrize(
+    ("name", "status"),
+    [
+        ("g.error.429.json", 429),
+        ("a.error.overloaded.json", 529),
+        ("o.error.json", 400),
+        ("r.chat.stream.error.sse", 200),
+    ],
+)
+async def test_error_recording_status(
+    session: aiohttp.ClientSession,
+    aiohttp_server: AiohttpServer,
+    tmp_path: Path,
+    name: str,
+    status: int,
+) -> None:
+    (tmp_path / name).write_bytes(b'{"error":{"message":"recorded"}}')
+    server = await aiohttp_server(build_emulator_app(tmp_path))
+    served_status, _, body = await post(session, server, "/v1/chat/completions", {"model": name})
+    assert (served_status, body) == (status, b'{"error":{"message":"recorded"}}')
+
+
+def test_chunk_delay_must_be_seconds() -> None:
+    with pytest.raises(ValueError, match="chunk_delay"):
+        build_emulator_app(chunk_delay=-1)
+
+
+# The request log.
+
+
+async def test_request_log_shows_what_was_sent(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    body = {"model": "openai", "stream": True, "stream_options": {"include_usage": True}}
+    headers = [("Authorization", "Bearer sk-upstream"), ("X-Dup", "a"), ("X-Dup", "b")]
+    params = {"api-version": "2024-10-21"}
+    url = emulator.make_url("/openai/deployments/d/chat/completions")
+    async with session.post(url, json=body, headers=headers, params=params) as resp:
+        await resp.read()
+    async with session.get(emulator.make_url("/_emulator/requests")) as resp:
+        log = await resp.json()
+    assert len(log) == 1
+    (entry,) = log
+    assert entry["method"] == "POST"
+    assert entry["path"] == "/openai/deployments/d/chat/completions"
+    assert entry["query_string"] == "api-version=2024-10-21"
+    assert entry["query"] == {"api-version": "2024-10-21"}
+    assert entry["headers"]["authorization"] == "Bearer sk-upstream"
+    assert entry["headers"]["x-dup"] == "a, b"
+    assert entry["json"] == body
+
+    async with session.delete(emulator.make_url("/_emulator/requests")) as resp:
+        assert resp.status == 204
+    async with session.get(emulator.make_url("/_emulator/requests")) as resp:
+        assert await resp.json() == []
+
+
+async def test_request_log_records_bad_requests_too(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    async with session.post(emulator.make_url("/v1/chat/completions"), data=b"{") as resp:
+        assert resp.status == 400
+    async with session.get(emulator.make_url("/nowhere")) as resp:
+        assert resp.status == 404
+    async with session.get(emulator.make_url("/_emulator/requests")) as resp:
+        log = await resp.json()
+    assert [(e["method"], e["path"], e["json"]) for e in log] == [
+        ("POST", "/v1/chat/completions", None),
+        ("GET", "/nowhere", None),
+    ]
+
+
+async def test_request_log_is_bounded(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    for index in range(REQUEST_LOG_SIZE + 2):
+        async with session.get(emulator.make_url(f"/nowhere/{index}")) as resp:
+            await resp.read()
+    async with session.get(emulator.make_url("/_emulator/requests")) as resp:
+        log = await resp.json()
+    assert len(log) == REQUEST_LOG_SIZE
+    assert (log[0]["path"], log[-1]["path"]) == ("/nowhere/2", f"/nowhere/{REQUEST_LOG_SIZE + 1}")
+
+
+# Faults.
+
+
+@pytest.mark.parametrize(
+    ("spec", "fault"),
+    [
+        ("status=503", Fault("status", 503)),
+        ("html=502", Fault("html", 502)),
+        ("reset-after=0", Fault("reset-after", 0)),
+        ("stall-after=10", Fault("stall-after", 10)),
+        ("slow-first-byte=0.5", Fault("slow-first-byte", 0.5)),
+        ("garbage", Fault("garbage", 4096)),
+        ("garbage=3", Fault("garbage", 3)),
+        ("hang", Fault("hang")),
+        ("endless", Fault("endless")),
+        ("no-newline", Fault("no-newline")),
+        ("not-object", Fault("not-object")),
+        ("wrong-type", Fault("wrong-type")),
+    ],
+)
+def test_parse_fault(spec: str, fault: Fault) -> None:
+    assert parse_fault(spec) == fault
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "nope",
+        "status",
+        "status=200",
+        "status=abc",
+        "html=600",
+        "reset-after=-1",
+        "hang=1",
+        "slow-first-byte=nan",
+        "slow-first-byte=-1",
+        "",
+    ],
+)
+def test_parse_fault_rejects(spec: str) -> None:
+    with pytest.raises(FaultError):
+        parse_fault(spec)
+
+
+def test_split_model() -> None:
+    assert split_model("openai") == ("openai", None)
+    assert split_model("openai@reset-after=200") == ("openai", "reset-after=200")
+    assert split_model("openai@") == ("openai", "")
+
+
+@pytest.mark.parametrize(
+    ("code", "error_type", "retry_after"),
+    [
+        (429, "rate_limit_error", "1"),
+        (503, "server_error", "1"),
+        (500, "server_error", None),
+        (401, "authentication_error", None),
+        (400, "invalid_request_error", None),
+    ],
+)
+async def test_fault_status(
+    session: aiohttp.ClientSession,
+    emulator: TestServer,
+    code: int,
+    error_type: str,
+    retry_after: str | None,
+) -> None:
+    body = {"model": f"openai@status={code}"}
+    status, headers, served = await post(session, emulator, "/v1/chat/completions", body)
+    assert status == code
+    assert headers["Content-Type"] == "application/json"
+    assert headers.get("Retry-After") == retry_after
+    assert orjson.loads(served)["error"]["type"] == error_type
+
+
+async def test_fault_html(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    body = {"model": "openai@html=502"}
+    status, headers, served = await post(session, emulator, "/v1/chat/completions", body)
+    assert status == 502
+    assert headers["Content-Type"] == "text/html"
+    assert b"<title>502 Bad Gateway</title>" in served
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_fault_reset_after(
+    session: aiohttp.ClientSession, emulator: TestServer, stream: bool
+) -> None:
+    name = "openai.chat.stream.sse" if stream else "openai.chat.json"
+    received = b""
+    body = {"model": "openai@reset-after=100", "stream": stream}
+    async with session.post(emulator.make_url("/v1/chat/completions"), json=body) as resp:
+        assert resp.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async for data in resp.content.iter_any():
+                received += data
+    assert packaged(name).startswith(received)
+    assert len(received) <= 100
+
+
+async def test_fault_hang(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    timeout = aiohttp.ClientTimeout(total=0.3)
+    with pytest.raises(TimeoutError):
+        await post(session, emulator, "/v1/chat/completions", {"model": "x@hang"}, timeout=timeout)
+
+
+async def test_fault_stall_after(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    body = {"model": "openai@stall-after=50", "stream": True}
+    timeout = aiohttp.ClientTimeout(sock_read=0.3)
+    url = emulator.make_url("/v1/chat/completions")
+    async with session.post(url, json=body, timeout=timeout) as resp:
+        assert resp.status == 200
+        assert await resp.content.readexactly(50) == packaged("openai.chat.stream.sse")[:50]
+        with pytest.raises(TimeoutError):
+            await resp.content.read(1)
+
+
+async def test_fault_slow_first_byte(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    started = time.monotonic()
+    body = {"model": "openai@slow-first-byte=0.2"}
+    status, _, served = await post(session, emulator, "/v1/chat/completions", body)
+    assert time.monotonic() - started >= 0.2
+    assert (status, served) == (200, packaged("openai.chat.json"))
+
+
+@pytest.mark.parametrize(("spec", "size"), [("garbage", 4096), ("garbage=16", 16)])
+async def test_fault_garbage(
+    session: aiohttp.ClientSession, emulator: TestServer, spec: str, size: int
+) -> None:
+    body = {"model": f"x@{spec}", "stream": True}
+    status, headers, served = await post(session, emulator, "/v1/chat/completions", body)
+    assert (status, headers["Content-Type"], len(served)) == (200, "text/event-stream", size)
+    with pytest.raises(UnicodeDecodeError):
+        served.decode()
+
+
+@pytest.mark.parametrize(
+    ("path", "check"),
+    [
+        ("/v1/chat/completions", lambda c: c["object"] == "chat.completion.chunk"),
+        ("/v1/completions", lambda c: c["object"] == "text_completion"),
+        ("/api/chat/inference", lambda c: c == {"text": "x "}),
+    ],
+)
+async def test_fault_endless(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str, check: Any
+) -> None:
+    body = {"model": "openai@endless", "stream": True}
+    async with session.post(emulator.make_url(path), json=body) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        for _ in range(20):
+            line = await resp.content.readline()
+            assert line.startswith(b"data: ")
+            assert check(orjson.loads(line[6:]))
+            assert await resp.content.readline() == b"\n"
+
+
+async def test_fault_no_newline(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    body = {"model": "x@no-newline", "stream": True}
+    async with session.post(emulator.make_url("/v1/chat/completions"), json=body) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        start = await resp.content.readexactly(64 * 1024)
+    assert start.startswith(b"data: ")
+    assert b"\n" not in start
+    assert b"\r" not in start
+
+
+@pytest.mark.parametrize(
+    ("spec", "content_type", "expected"),
+    [
+        ("not-object", "application/json", b"[1,2,3]"),
+        ("wrong-type", "text/plain", b"hello"),
+    ],
+)
+async def test_fault_wrong_body(
+    session: aiohttp.ClientSession,
+    emulator: TestServer,
+    spec: str,
+    content_type: str,
+    expected: bytes,
+) -> None:
+    body = {"model": f"x@{spec}"}
+    status, headers, served = await post(session, emulator, "/v1/chat/completions", body)
+    assert (status, headers["Content-Type"], served) == (200, content_type, expected)
+
+
+async def test_fault_that_alters_a_recording_needs_one(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    body = {"model": "nope@reset-after=10"}
+    status, _, served = await post(session, emulator, "/v1/chat/completions", body)
+    assert status == 404
+    assert orjson.loads(served)["error"]["message"] == "no recording for model 'nope'"
+
+
+async def test_unknown_fault_is_400(session: aiohttp.ClientSession, emulator: TestServer) -> None:
+    body = {"model": "openai@explode"}
+    status, _, served = await post(session, emulator, "/v1/chat/completions", body)
+    error = orjson.loads(served)["error"]
+    assert (status, error["param"], error["code"]) == (400, "model", "invalid_fault")
+    assert "explode" in error["message"]
+
+
+async def test_route_faults(session: aiohttp.ClientSession, aiohttp_server: AiohttpServer) -> None:
+    app = build_emulator_app(faults={"chat": "status=503", "models": "html=502"})
+    server = await aiohttp_server(app)
+    status, headers, _ = await post(session, server, "/v1/chat/completions", {"model": "openai"})
+    assert (status, headers["Retry-After"]) == (503, "1")
+    # The model's own fault comes first.
+    body = {"model": "openai@wrong-type"}
+    assert (await post(session, server, "/v1/chat/completions", body))[2] == b"hello"
+    # Other endpoints are untouched.
+    status, _, served = await post(session, server, "/v1/completions", {"model": "openai"})
+    assert (status, served) == (200, packaged("openai.completions.json"))
+    async with session.get(server.make_url("/v1/models")) as resp:
+        assert resp.status == 502
+
+
+@pytest.mark.parametrize("faults", [{"embeddings": "hang"}, {"chat": "explode"}])
+def test_route_faults_are_checked(faults: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        build_emulator_app(faults=faults)
+
+
+# Lifetime: nothing the emulator does outlives its server.
+
+
+async def wait_for_requests(app: web.Application, count: int) -> None:
+    for _ in range(500):
+        if len(app[EMULATOR].requests) >= count:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"the emulator did not receive {count} requests")
+
+
+async def test_shutdown_cuts_off_responses_in_progress(
+    session: aiohttp.ClientSession, aiohttp_server: AiohttpServer
+) -> None:
+    app = build_emulator_app(chunk_delay=30)
+    server = await aiohttp_server(app)
+    url = server.make_url("/v1/chat/completions")
+    models = ["x@hang", "openai@stall-after=10", "x@endless", "openai", "openai@slow-first-byte=60"]
+
+    async def read(model: str) -> bytes:
+        async with session.post(url, json={"model": model, "stream": True}) as resp:
+            return await resp.read()
+
+    closed = asyncio.Event()
+
+    async def stop_reading() -> bytes:
+        # The emulator writes until the socket buffers fill, and then its write waits.
+        async with session.post(url, json={"model": "x@no-newline"}) as resp:
+            await resp.content.readexactly(10)
+            await closed.wait()
+            return await resp.read()
+
+    requests = [asyncio.ensure_future(read(model)) for model in models]
+    requests.append(asyncio.ensure_future(stop_reading()))
+    await wait_for_requests(app, len(requests))
+    await asyncio.sleep(0.5)
+    started = time.monotonic()
+    await server.close()
+    assert time.monotonic() - started < 5
+    closed.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(*requests, return_exceptions=True), 5)
+    assert [
+        type(outcome) for outcome in outcomes if not isinstance(outcome, aiohttp.ClientError)
+    ] == []
+
+
+async def test_run_emulator_serves_until_cancelled(
+    session: aiohttp.ClientSession, unused_tcp_port: int
+) -> None:
+    serving = asyncio.ensure_future(run_emulator("127.0.0.1", unused_tcp_port))
+    url = f"http://127.0.0.1:{unused_tcp_port}/v1/chat/completions"
+    for _ in range(200):
+        try:
+            async with session.post(url, json={"model": "openai"}) as resp:
+                assert await resp.read() == packaged("openai.chat.json")
+                break
+        except aiohttp.ClientConnectorError:
+            await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the emulator did not start")
+    hanging = asyncio.ensure_future(session.post(url, json={"model": "x@hang"}))
+    await asyncio.sleep(0.05)
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(serving, 5)
+    with pytest.raises(aiohttp.ClientError):
+        await hanging
+
+
+def test_command_line() -> None:
+    args = parse_args(["--port", "9", "--chunk-delay", "0.5", "--fault", "chat=status=503"])
+    assert (args.host, args.port, args.chunk_delay) == ("127.0.0.1", 9, 0.5)
+    assert (args.recordings, args.fault) == (None, {"chat": "status=503"})
+    with pytest.raises(SystemExit):
+        parse_args(["--port", "9", "--fault", "chat"])
