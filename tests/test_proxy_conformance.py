@@ -46,9 +46,12 @@ def path(golden: Golden) -> str:
 async def test_fixture_through_proxy(proxy_url: str, golden: Golden, include_usage: bool) -> None:
     if not golden.stream and include_usage:
         pytest.skip("stream_options only concerns streams")
-    async with aiohttp.ClientSession() as session, session.post(
-        proxy_url + path(golden), json=request_body(golden, include_usage), headers=AUTH
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            proxy_url + path(golden), json=request_body(golden, include_usage), headers=AUTH
+        ) as response,
+    ):
         body = await response.read()
         headers = response.headers
     assert headers.get("X-Request-Id")
@@ -113,9 +116,12 @@ def test_sync_sdk_streams_every_fixture(proxy_url: str, golden: Golden) -> None:
 @pytest.mark.parametrize("golden", CHAT_STREAMS, ids=_ids)
 async def test_async_sdk_stream_helper_final_completion(proxy_url: str, golden: Golden) -> None:
     client = openai.AsyncOpenAI(base_url=proxy_url, api_key=TEAM_KEY, max_retries=0)
-    async with client, client.chat.completions.stream(
-        model=golden.name, messages=[{"role": "user", "content": "Hello"}], n=golden.n
-    ) as stream:
+    async with (
+        client,
+        client.chat.completions.stream(
+            model=golden.name, messages=[{"role": "user", "content": "Hello"}], n=golden.n
+        ) as stream,
+    ):
         async for _event in stream:
             pass
         try:
