@@ -49,11 +49,16 @@ class Usage:
 NO_USAGE = Usage(source="estimated")
 
 
+# No real count comes near this; beyond it a "count" is garbage (and 2**53 is where JSON
+# numbers stop being exact in many clients).
+_MAX_COUNT = 2**53
+
+
 def _count(value: object) -> int | None:
     # bool is an int subclass; a count of True is a bug upstream, not a count.
     if isinstance(value, int) and not isinstance(value, bool):
-        return value if value >= 0 else None
-    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return value if 0 <= value < _MAX_COUNT else None
+    if isinstance(value, float) and value.is_integer() and 0 <= value < _MAX_COUNT:
         return int(value)
     return None
 

@@ -234,3 +234,37 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     return value
+
+
+@pytest.mark.parametrize(
+    "created",
+    [1.8446744073709552e28, 2**64 - 1, -5, 0, 1e-3, "1700000000"],
+)
+def test_implausible_created_never_breaks_the_stream(created: object) -> None:
+    """Found by the property test: a huge float ``created`` once made a 19-digit "time"."""
+    ctx = RequestContext(endpoint="chat", model="m", created=1_700_000_000)
+    normalizer = StreamNormalizer(ctx)
+    decoder = SSEDecoder()
+    body = (
+        b"data: "
+        + orjson.dumps({"created": created, "choices": [{"delta": {"content": "x"}}]})
+        + b"\n\n"
+    )
+    frames = [f for e in decoder.feed(body + b"data: [DONE]\n\n") for f in normalizer.feed(e)]
+    check_frames(frames, "chat", ended=True)
+    assert orjson.loads(frames[0][6:-2])["created"] == 1_700_000_000
+
+
+@pytest.mark.parametrize("count", [2**64 - 1, 1.2345678901234568e29, -1, 2.5, True])
+def test_absurd_usage_counts_are_not_counts(count: object) -> None:
+    ctx = RequestContext(endpoint="chat", model="m", created=1_700_000_000, include_usage=True)
+    normalizer = StreamNormalizer(ctx)
+    decoder = SSEDecoder()
+    chunk = {
+        "choices": [{"delta": {"content": "x"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": count, "completion_tokens": count},
+    }
+    body = b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+    frames = [f for e in decoder.feed(body) for f in normalizer.feed(e)]
+    check_frames(frames, "chat", ended=True)
+    assert normalizer.usage.source == "estimated"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 import string
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ def plausible_created(value: object) -> int | None:
     Floats are floored (SambaNova); milli-, micro- and nanoseconds are scaled down (Friendli's
     usage chunk carries nanoseconds); 0 (Azure's opener, Anthropic's compat layer) is no time.
     """
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     seconds = int(value)
     if seconds > 10**17:
@@ -61,8 +62,8 @@ def plausible_created(value: object) -> int | None:
         seconds //= 10**6
     elif seconds > 10**11:
         seconds //= 10**3
-    # Anything before 1973 is a counter or a placeholder, not a creation time.
-    return seconds if seconds >= 10**8 else None
+    # Before 1973 or after 2286 is a counter, a placeholder or garbage, not a creation time.
+    return seconds if 10**8 <= seconds < 10**10 else None
 
 
 def canonical_finish_reason(value: object) -> str | None:
