@@ -104,6 +104,28 @@ class Metrics:
 
 
 @dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often one request is sent upstream, and how long it waits in between.
+
+    ``attempts`` counts every upstream attempt of one request, over all deployments. Before
+    attempt k+1 (k made) the wait is uniform(0, min(backoff_max, backoff_base * 2**(k-1))), and
+    never less than a Retry-After of at most ``retry_after_max``; a longer one is not waited for.
+    """
+
+    attempts: int = 3
+    backoff_base: float = 0.25
+    backoff_max: float = 8.0
+    retry_after_max: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    circuit_failures: int = 5
+    circuit_cooldown: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: Server
     metrics: Metrics
@@ -111,6 +133,7 @@ class Config:
     providers: Mapping[str, Provider]
     models: Mapping[str, Model]
     teams: Mapping[str, Team]
+    routing: Routing = field(default_factory=Routing)
 
 
 def key_digest(key: str) -> bytes:
@@ -139,6 +162,7 @@ def parse_config(raw: object, env: Mapping[str, str]) -> Config:
     server = _parse_server(ck, root.get("server"))
     metrics = _parse_metrics(ck, root.get("metrics"), server)
     access_log = ck.optional(root, "access_log", "", _boolean, True)
+    routing = _parse_routing(ck, root.get("routing"))
     providers = {n: _parse_provider(ck, n, v, p) for n, v, p in ck.section(root, "providers")}
     # A deployment may name a provider whose own entry has problems: those are reported there.
     names = frozenset(providers)
@@ -154,12 +178,15 @@ def parse_config(raw: object, env: Mapping[str, str]) -> Config:
         MappingProxyType(providers),
         MappingProxyType(models),
         MappingProxyType(teams),
+        routing,
     )
 
 
 # --- sections ---------------------------------------------------------------------------------
 
-_TOP_KEYS = frozenset({"server", "metrics", "access_log", "providers", "models", "teams"})
+_TOP_KEYS = frozenset(
+    {"server", "metrics", "access_log", "routing", "providers", "models", "teams"}
+)
 _SERVER_KEYS = frozenset(f.name for f in fields(Server))
 _METRICS_KEYS = frozenset(f.name for f in fields(Metrics))
 _TIMEOUT_KEYS = frozenset(f.name for f in fields(Timeouts))
@@ -167,6 +194,9 @@ _PROVIDER_KEYS = frozenset(f.name for f in fields(Provider)) - {"name"}
 _DEPLOYMENT_KEYS = frozenset(f.name for f in fields(Deployment))
 _MODEL_KEYS = frozenset({"deployments", "reasoning"})
 _TEAM_KEYS = frozenset({"keys", "models"})
+_ROUTING_KEYS = frozenset({"attempts", "backoff", "circuit"})
+_BACKOFF_KEYS = frozenset({"base", "max", "retry_after_max"})
+_CIRCUIT_KEYS = frozenset({"failures", "cooldown"})
 
 
 def _parse_server(ck: _Checker, raw: object) -> Server:
@@ -197,6 +227,31 @@ def _parse_metrics(ck: _Checker, raw: object, server: Server) -> Metrics:
         host=server.host if host is None and port is not None else host,
         port=port,
         token=ck.optional(node, "token", "metrics", _optional_text, None),
+    )
+
+
+def _parse_routing(ck: _Checker, raw: object) -> Routing:
+    node, d = ck.mapping(raw, "routing", _ROUTING_KEYS) or {}, Routing()
+    backoff = ck.mapping(node.get("backoff"), "routing.backoff", _BACKOFF_KEYS) or {}
+    circuit = ck.mapping(node.get("circuit"), "routing.circuit", _CIRCUIT_KEYS) or {}
+    p = d.policy
+    # Zero is a choice, not a mistake: base 0 retries at once, retry_after_max 0 never waits.
+    policy = RetryPolicy(
+        attempts=ck.optional(node, "attempts", "routing", _positive_int, p.attempts),
+        backoff_base=ck.optional(backoff, "base", "routing.backoff", _non_negative, p.backoff_base),
+        backoff_max=ck.optional(backoff, "max", "routing.backoff", _non_negative, p.backoff_max),
+        retry_after_max=ck.optional(
+            backoff, "retry_after_max", "routing.backoff", _non_negative, p.retry_after_max
+        ),
+    )
+    return Routing(
+        policy=policy,
+        circuit_failures=ck.optional(
+            circuit, "failures", "routing.circuit", _positive_int, d.circuit_failures
+        ),
+        circuit_cooldown=ck.optional(
+            circuit, "cooldown", "routing.circuit", _positive, d.circuit_cooldown
+        ),
     )
 
 

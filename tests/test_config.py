@@ -15,6 +15,8 @@ from proxy.config import (
     Deployment,
     Metrics,
     Model,
+    RetryPolicy,
+    Routing,
     Server,
     Timeouts,
     hash_key,
@@ -277,6 +279,45 @@ BAD = [
         for bad in ["${", "x${A", "${1A}", "${A-b}", "${A:-${B}}", "${}"]
     ),
     ("server: {port: '${PORT}x'}\n" + doc(), ["server.port: must be an integer from 1 to 65535"]),
+    # --- routing
+    ("routing: [3]\n" + doc(), ["routing: must be a mapping"]),
+    (
+        "routing: {backoff: 1, circuit: [5]}\n" + doc(),
+        [
+            "routing.backoff: must be a mapping",
+            "routing.circuit: must be a mapping",
+        ],
+    ),
+    (
+        "routing: {attempt: 3, backoff: {bse: 1, max: 2}, circuit: {failure: 5}}\n" + doc(),
+        [
+            "routing.attempt: unknown key",
+            "routing.backoff.bse: unknown key",
+            "routing.circuit.failure: unknown key",
+        ],
+    ),
+    (
+        "routing: {attempts: 0, backoff: {base: -1, max: -0.5, retry_after_max: .inf},"
+        " circuit: {failures: 0, cooldown: 0}}\n" + doc(),
+        [
+            "routing.attempts: must be a positive integer",
+            "routing.backoff.base: must be a number >= 0",
+            "routing.backoff.max: must be a number >= 0",
+            "routing.backoff.retry_after_max: must be a number >= 0",
+            "routing.circuit.failures: must be a positive integer",
+            "routing.circuit.cooldown: must be a positive number",
+        ],
+    ),
+    (
+        "routing: {attempts: 1.5, backoff: {base: fast}, circuit: {failures: true,"
+        " cooldown: '${NOPE}'}}\n" + doc(),
+        [
+            "routing.attempts: must be a positive integer",
+            "routing.backoff.base: must be a number >= 0",
+            "routing.circuit.failures: must be a positive integer",
+            "routing.circuit.cooldown: environment variable NOPE is not set",
+        ],
+    ),
 ]
 
 
@@ -420,15 +461,45 @@ def test_defaults() -> None:
     assert config.models["m"] == Model("m", (Deployment("p", "up", 1.0, 0),), True)
     assert config.teams["t"].key_digests == (key_digest("k1"),)
     assert config.teams["t"].models == ("*",)
+    assert config.routing == Routing(RetryPolicy(3, 0.25, 8.0, 30.0), 5, 30.0)
 
 
 def test_null_sections_and_fields_mean_defaults() -> None:
-    config = parse("server:\nmetrics:\naccess_log:\n" + doc())
+    config = parse("server:\nmetrics:\naccess_log:\nrouting:\n" + doc())
     assert config.server == Server()
     assert config.metrics == Metrics()
     assert config.access_log is True
+    assert config.routing == Routing()
     config = parse("server: {port: null, workers: null}\n" + doc())
     assert config.server == Server()
+    config = parse("routing: {attempts: null, backoff: null, circuit: {cooldown: null}}\n" + doc())
+    assert config.routing == Routing()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "{attempts: 5, backoff: {base: 0.5, max: 10, retry_after_max: 0},"
+            " circuit: {failures: 1, cooldown: 2.5}}",
+            Routing(RetryPolicy(5, 0.5, 10.0, 0.0), 1, 2.5),
+        ),
+        # Zero backoff retries at once; each part of the section may be given alone.
+        ("{backoff: {base: 0, max: 0}}", Routing(RetryPolicy(backoff_base=0.0, backoff_max=0.0))),
+        ("{attempts: 1}", Routing(RetryPolicy(attempts=1))),
+        ("{circuit: {failures: 10}}", Routing(circuit_failures=10)),
+        (
+            "{attempts: '${ATTEMPTS:-4}', circuit: {cooldown: '${TIMEOUT}'}}",
+            Routing(RetryPolicy(attempts=4), circuit_cooldown=2.5),
+        ),
+    ],
+)
+def test_routing(text: str, expected: Routing) -> None:
+    assert parse(f"routing: {text}\n" + doc()).routing == expected
+
+
+def test_config_built_in_code_gets_default_routing() -> None:
+    assert Config(Server(), Metrics(), True, {}, {}, {}).routing == Routing()
 
 
 BRIEF_EXAMPLE = """
@@ -717,6 +788,11 @@ _yamlish = st.recursive(
                     "models",
                     "deployments",
                     "port",
+                    "attempts",
+                    "backoff",
+                    "circuit",
+                    "base",
+                    "failures",
                     "1",
                 ]
             )
@@ -730,11 +806,17 @@ _yamlish = st.recursive(
 
 
 @settings(database=None)  # nothing written into the source tree
-@given(server=_yamlish, providers=_yamlish, models=_yamlish, teams=_yamlish)
+@given(server=_yamlish, routing=_yamlish, providers=_yamlish, models=_yamlish, teams=_yamlish)
 def test_parse_config_never_crashes(
-    server: object, providers: object, models: object, teams: object
+    server: object, routing: object, providers: object, models: object, teams: object
 ) -> None:
-    raw = {"server": server, "providers": providers, "models": models, "teams": teams}
+    raw = {
+        "server": server,
+        "routing": routing,
+        "providers": providers,
+        "models": models,
+        "teams": teams,
+    }
     try:
         parse_config(raw, ENV)
     except ConfigError as exc:
