@@ -14,6 +14,8 @@ from proxy.normalize.tables import (
     COMPLETION_LOGPROBS_KEYS,
     ERROR_FINISH_REASONS,
     FINISH_REASONS,
+    FIX_CONTENT_PARTS,
+    FIX_REASONING,
     NO_FINISH_REASON,
     REASONING_KEYS,
     SERVICE_TIERS,
@@ -109,6 +111,24 @@ def split_content(content: object) -> tuple[str | None, str | None, bool]:
             elif isinstance(part.get("text"), str):
                 text.append(part["text"])
     return ("".join(text) if text else None), ("".join(thinking) if thinking else None), True
+
+
+def take_text(source: dict[str, Any], fixes: set[str]) -> tuple[str | None, str | None]:
+    """(content, reasoning) of a delta or message, whatever the spellings; the fixes noted.
+
+    Content may come as an array of parts whose thinking parts are reasoning (Mistral).
+    """
+    content = source.get("content")
+    thinking = None
+    if content is not None and not isinstance(content, str):
+        content, thinking, _ = split_content(content)
+        fixes.add(FIX_CONTENT_PARTS)
+    reasoning, moved = take_reasoning(source)
+    if moved:
+        fixes.add(FIX_REASONING)
+    if thinking:
+        reasoning = reasoning + thinking if reasoning else thinking
+    return content, reasoning
 
 
 def take_reasoning(source: dict[str, Any]) -> tuple[str | None, bool]:

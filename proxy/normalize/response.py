@@ -24,17 +24,14 @@ from proxy.normalize.fields import (
     make_id,
     plausible_created,
     service_tier,
-    split_content,
-    take_reasoning,
+    take_text,
     upstream_error,
 )
 from proxy.normalize.tables import (
-    FIX_CONTENT_PARTS,
     FIX_ENVELOPE,
     FIX_EXTRAS,
     FIX_FINISH_REASON,
     FIX_FINISH_SYNTHESIZED,
-    FIX_REASONING,
     FIX_TOOL_CALLS,
     FIX_USAGE,
     STOP_MEANS_TOOL_CALLS,
@@ -176,16 +173,7 @@ class _Builder:
             raise UpstreamProtocolError("The upstream answered with a choice without a message")
         if not message.keys() <= _MESSAGE_KEYS | {"reasoning_content"}:
             self.fixes.add(FIX_EXTRAS)
-        content = message.get("content")
-        thinking = None
-        if content is not None and not isinstance(content, str):
-            content, thinking, _ = split_content(content)
-            self.fixes.add(FIX_CONTENT_PARTS)
-        reasoning, moved = take_reasoning(message)
-        if moved:
-            self.fixes.add(FIX_REASONING)
-        if thinking:
-            reasoning = reasoning + thinking if reasoning else thinking
+        content, reasoning = take_text(message, self.fixes)
         refusal = message.get("refusal")
         refusal = refusal if isinstance(refusal, str) else None
 

@@ -30,12 +30,10 @@ from proxy.normalize.fields import (
     make_call_id,
     make_id,
     plausible_created,
-    split_content,
-    take_reasoning,
+    take_text,
     upstream_error,
 )
 from proxy.normalize.tables import (
-    FIX_CONTENT_PARTS,
     FIX_CUT_SHORT,
     FIX_EMPTY_CHUNK,
     FIX_ENVELOPE,
@@ -43,7 +41,6 @@ from proxy.normalize.tables import (
     FIX_EXTRAS,
     FIX_FINISH_REASON,
     FIX_FINISH_SYNTHESIZED,
-    FIX_REASONING,
     FIX_ROLE,
     FIX_TOOL_CALLS,
     FIX_USAGE,
@@ -292,16 +289,7 @@ class StreamNormalizer:
             delta = {}
         out: dict[str, Any] = {}
 
-        content = delta.get("content")
-        thinking = None
-        if content is not None and not isinstance(content, str):
-            content, thinking, _ = split_content(content)
-            self.fixes.add(FIX_CONTENT_PARTS)
-        reasoning, moved = take_reasoning(delta)
-        if moved:
-            self.fixes.add(FIX_REASONING)
-        if thinking:
-            reasoning = reasoning + thinking if reasoning else thinking
+        content, reasoning = take_text(delta, self.fixes)
         refusal = delta.get("refusal")
 
         if content:
