@@ -103,7 +103,11 @@ def _emulate(args: argparse.Namespace) -> int:
 
     print(f"emulator listening on http://{args.host}:{args.port}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        run(lambda: run_emulator(args.host, args.port, args.recordings, args.chunk_delay))
+        run(
+            lambda: run_emulator(
+                args.host, args.port, args.recordings, args.chunk_delay, stop_signals=True
+            )
+        )
     return 0
 
 

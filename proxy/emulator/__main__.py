@@ -45,7 +45,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the emulator as the command line asks."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    serve = run_emulator(args.host, args.port, args.recordings, args.chunk_delay, faults=args.fault)
+    serve = run_emulator(
+        args.host,
+        args.port,
+        args.recordings,
+        args.chunk_delay,
+        faults=args.fault,
+        stop_signals=True,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import signal
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,8 +112,13 @@ async def run_emulator(
     chunk_delay: float = 0.0,
     *,
     faults: Mapping[str, str] | None = None,
+    stop_signals: bool = False,
 ) -> None:
-    """Serve the emulator on ``host``:``port`` until cancelled."""
+    """Serve the emulator on ``host``:``port`` until cancelled.
+
+    ``stop_signals``: also stop on SIGTERM and SIGINT (as a process of its own, where it may
+    be PID 1 in a container, which gets no default SIGTERM handling).
+    """
     app = build_emulator_app(recordings, chunk_delay=chunk_delay, faults=faults)
     # Cancelling the handler of a client that went away ends its hang or stall at once; an
     # access log would only slow benchmarks down.
@@ -124,7 +130,12 @@ async def run_emulator(
             # Logged after binding because port 0 asks the system to choose the port.
             url = _http_url(address[0], address[1])
             logger.info("emulator serving %s on %s", app[EMULATOR].store.directory, url)
-        await asyncio.Event().wait()
+        stop = asyncio.Event()
+        if stop_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
     finally:
         await runner.cleanup()
 
