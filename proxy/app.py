@@ -53,6 +53,9 @@ class Observer(Protocol):
 
     def started(self, exchange: Exchange) -> None: ...
 
+    def stream_started(self, exchange: Exchange) -> None:
+        """A stream's response headers are going out: it is in flight until ``finished``."""
+
     def finished(self, exchange: Exchange) -> None: ...
 
 
@@ -141,12 +144,14 @@ async def exchange_middleware(
     except Exception:
         log.exception("request %s failed", exchange.request_id)
         response = _failed(exchange, ProxyError("The proxy failed to handle the request"))
+    else:
+        # Before the observers run: they count the request under the status it was answered with.
+        if not exchange.status:
+            exchange.status = response.status
     finally:
         exchange.ended = loop.time()
         for observer in state.observers:
             observer.finished(exchange)
-    if not exchange.status:
-        exchange.status = response.status
     if not response.prepared:
         response.headers["X-Request-Id"] = exchange.request_id
     return response
@@ -294,6 +299,17 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready"})
 
 
+async def _announce_stream(request: web.Request, response: web.StreamResponse) -> None:
+    # A stream's response is prepared inside its handler (the relay's first write); every other
+    # response only after the middleware has seen the request finish. So this is the moment a
+    # stream starts, seen without a hook in the relay.
+    exchange: Exchange | None = request.get(EXCHANGE)
+    if exchange is None or not exchange.stream or exchange.ended:
+        return
+    for observer in request.app[STATE].observers:
+        observer.stream_started(exchange)
+
+
 async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     # One pooled keep-alive session per process (per worker); its lifetime is the app's.
     connector = aiohttp.TCPConnector(
@@ -329,5 +345,6 @@ def build_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_routes(extra_routes)
+    app.on_response_prepare.append(_announce_stream)
     app.cleanup_ctx.append(_upstream_session)
     return app

@@ -3,6 +3,11 @@
 Workers share the listening port through SO_REUSEPORT, so the kernel spreads connections over
 them and no process hands sockets around. The parent only supervises: it starts the workers,
 restarts one that dies, and passes SIGTERM/SIGINT (drain and stop) and SIGHUP (reload) on.
+
+Metrics with several workers use prometheus_client's multiprocess mode: the parent makes a fresh
+directory for the run and names it in PROMETHEUS_MULTIPROC_DIR before it starts any worker, so
+every worker (a spawned interpreter, importing prometheus_client anew) keeps its values in files
+there; any worker's /metrics merges them all. The directory is removed when the run ends.
 """
 
 from __future__ import annotations
@@ -12,17 +17,24 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import mark_process_dead
 
+from proxy.access_log import AccessLog
 from proxy.app import STATE, Observer, build_app
 from proxy.config import Config, load_config
+from proxy.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
 
 log = logging.getLogger("proxy.server")
 
@@ -44,47 +56,84 @@ def run(loop_main: Callable[[], Any]) -> Any:
     return uvloop.run(loop_main())
 
 
-def make_observers(config: Config) -> list[Observer]:
-    """The observers every worker runs with (metrics and the access log)."""
-    return []
+def make_observers(config: Config, registry: CollectorRegistry | None = None) -> list[Observer]:
+    """The observers every worker runs with: metrics (on ``registry``) and the access log."""
+    observers: list[Observer] = []
+    if config.metrics.enabled:
+        registry = registry if registry is not None else CollectorRegistry()
+        observers.append(ProxyMetrics(registry, config.providers))
+    if config.access_log:
+        observers.append(AccessLog())
+    return observers
 
 
 async def serve_worker(
-    listen: Listen, *, reuse_port: bool, ready: Callable[[], None] | None = None
+    listen: Listen,
+    *,
+    reuse_port: bool,
+    ready: Callable[[], None] | None = None,
+    metrics_dir: str | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then drain in-flight requests and stop."""
+    """Serve until SIGTERM or SIGINT, then drain in-flight requests and stop.
+
+    ``metrics_dir`` is the run's multiprocess directory when this is one of several workers.
+    """
     config = load_config(listen.config_path)
-    app = build_app(config, observers=make_observers(config))
-    runner = web.AppRunner(
-        app,
-        handler_cancellation=True,
-        access_log=None,
-        shutdown_timeout=config.server.drain_seconds,
+    metrics = config.metrics
+    registry = CollectorRegistry()
+    exposition = Exposition(registry, metrics_dir)
+    on_main = metrics.enabled and metrics.port is None
+    app = build_app(
+        config,
+        observers=make_observers(config, registry),
+        extra_routes=metrics_routes(exposition, metrics.token) if on_main else (),
     )
-    await runner.setup()
-    site = web.TCPSite(
-        runner, listen.host, listen.port, reuse_port=reuse_port or None, backlog=2048
-    )
-    await site.start()
-    log.info("worker %d listening on http://%s:%d", os.getpid(), listen.host, listen.port)
-    if ready is not None:
-        ready()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        app[STATE].ready = False
-        log.info("worker %d draining", os.getpid())
-        await runner.cleanup()
+    async with AsyncExitStack() as stack:
+        if metrics.enabled and metrics.port is not None:
+            # Started first, so cleaned up last (last in, first out): scrapes keep working
+            # while requests drain. Every worker binds it, as it binds the main port.
+            metrics_runner = web.AppRunner(metrics_app(exposition, metrics.token), access_log=None)
+            await metrics_runner.setup()
+            stack.push_async_callback(metrics_runner.cleanup)
+            await web.TCPSite(
+                metrics_runner, metrics.host, metrics.port, reuse_port=reuse_port or None
+            ).start()
+            log.info(
+                "worker %d serving metrics on http://%s:%d/metrics",
+                os.getpid(),
+                metrics.host,
+                metrics.port,
+            )
+        runner = web.AppRunner(
+            app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=config.server.drain_seconds,
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        site = web.TCPSite(
+            runner, listen.host, listen.port, reuse_port=reuse_port or None, backlog=2048
+        )
+        await site.start()
+        log.info("worker %d listening on http://%s:%d", os.getpid(), listen.host, listen.port)
+        if ready is not None:
+            ready()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            app[STATE].ready = False
+            log.info("worker %d draining", os.getpid())
 
 
-def _worker_main(listen: Listen) -> None:
+def _worker_main(listen: Listen, metrics_dir: str) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        run(lambda: serve_worker(listen, reuse_port=True))
+        run(lambda: serve_worker(listen, reuse_port=True, metrics_dir=metrics_dir))
 
 
 def serve(listen: Listen) -> int:
@@ -99,11 +148,23 @@ def serve(listen: Listen) -> int:
 def _supervise(listen: Listen) -> int:
     # spawn, not fork: a worker must not inherit the parent's state (or a prometheus registry).
     context = multiprocessing.get_context("spawn")
+    # A fresh directory per run: counters start at zero and no file of an earlier run is merged.
+    metrics_dir = tempfile.mkdtemp(prefix="llm-proxy-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    try:
+        return _run_workers(listen, context, metrics_dir)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _run_workers(
+    listen: Listen, context: multiprocessing.context.SpawnContext, metrics_dir: str
+) -> int:
     workers: list[multiprocessing.process.BaseProcess] = []
     stopping = False
 
     def start_worker() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_worker_main, args=(listen,), daemon=False)
+        process = context.Process(target=_worker_main, args=(listen, metrics_dir), daemon=False)
         process.start()
         return process
 
@@ -124,6 +185,10 @@ def _supervise(listen: Listen) -> int:
                 log.warning(
                     "worker %s exited with %s; starting a new one", process.pid, process.exitcode
                 )
+                # Its requests are no longer in flight; its counter files stay, so totals
+                # never go backwards.
+                if process.pid is not None:
+                    mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]
                 workers[i] = start_worker()
     status = 0
     for process in workers:

@@ -1,0 +1,90 @@
+"""The access log: one JSON line per API request on the ``proxy.access`` logger.
+
+Fields (``access_record``): ts (ISO-8601 UTC, when the request finished), request_id, team,
+model, provider, endpoint, stream, status, error_type, upstream_error, prompt_tokens,
+completion_tokens, cached_tokens, reasoning_tokens, usage_source, duration_s, ttft_s,
+overhead_s, upstream_s, client_disconnected, fixes. The tokens are those the metrics count
+(``proxy.metering.metered_usage``), null when nothing was metered. No key, prompt, completion or
+header is ever written: the ``Exchange`` holds none of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from proxy.exchange import Exchange
+from proxy.metering import (
+    counted_fixes,
+    endpoint_label,
+    metered_usage,
+    status_of,
+    time_to_first_token,
+)
+
+
+def _seconds(value: float | None) -> float | None:
+    # Microseconds are finer than anything measured here, and keep the line short.
+    return None if value is None else round(value, 6)
+
+
+def access_record(exchange: Exchange, ts: datetime) -> dict[str, Any]:
+    """The access log fields of a finished request."""
+    status = status_of(exchange)
+    usage = metered_usage(exchange, status)
+    return {
+        "ts": ts,
+        "request_id": exchange.request_id,
+        "team": exchange.team,
+        "model": exchange.model,
+        "provider": exchange.provider,
+        "endpoint": endpoint_label(exchange),
+        "stream": exchange.stream,
+        "status": status,
+        "error_type": exchange.error_type,
+        "upstream_error": exchange.upstream_error,
+        "prompt_tokens": usage.prompt_tokens if usage else None,
+        "completion_tokens": usage.completion_tokens if usage else None,
+        "cached_tokens": usage.cached_tokens if usage else None,
+        "reasoning_tokens": usage.reasoning_tokens if usage else None,
+        "usage_source": usage.source if usage else None,
+        "duration_s": _seconds(exchange.duration),
+        "ttft_s": _seconds(time_to_first_token(exchange)),
+        "overhead_s": _seconds(exchange.overhead),
+        "upstream_s": _seconds(exchange.upstream_wait),
+        "client_disconnected": exchange.client_disconnected,
+        "fixes": sorted(counted_fixes(exchange)),
+    }
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class AccessLog:
+    """Writes ``access_record`` of each finished request as one line of JSON, made by one
+    ``orjson.dumps`` and handed to logging as a finished message (no per-field formatting)."""
+
+    def __init__(
+        self, logger: logging.Logger | None = None, clock: Callable[[], datetime] = _now
+    ) -> None:
+        self._log = logger if logger is not None else logging.getLogger("proxy.access")
+        self._clock = clock
+
+    def started(self, exchange: Exchange) -> None:
+        pass
+
+    def stream_started(self, exchange: Exchange) -> None:
+        pass
+
+    def finished(self, exchange: Exchange) -> None:
+        if not self._log.isEnabledFor(logging.INFO):
+            return
+        line = orjson.dumps(access_record(exchange, self._clock()), option=orjson.OPT_UTC_Z)
+        # What Logger.info does, less its walk up the stack for a caller nobody logs here.
+        log = self._log
+        log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line.decode(), (), None))

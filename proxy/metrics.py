@@ -1,0 +1,305 @@
+"""The Prometheus collectors, built on an injected registry, and their exposition on /metrics.
+
+``ProxyMetrics`` is an ``Observer``: it counts each API request once, when it finishes, in the
+label values of ``proxy.metering``. README's metrics reference lists every metric; the names are
+a contract with dashboards and alert rules, so they change only with them.
+
+With several workers, prometheus_client's multiprocess mode keeps each worker's values in files
+of its own under one per-run directory (``PROMETHEUS_MULTIPROC_DIR``, made by the supervisor);
+a scrape answered by any worker merges all of them (``Exposition``), so it reports the exact
+totals of the run. In-flight gauges are ``livesum``: a dead worker's part is dropped
+(``mark_process_dead``) while its counters stay, so no counter goes backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from proxy.app import error_response
+from proxy.errors import AuthenticationFailed
+from proxy.exchange import Exchange
+from proxy.metering import (
+    ENDPOINTS,
+    UPSTREAM_ERROR_KINDS,
+    counted_fixes,
+    endpoint_label,
+    metered_usage,
+    status_class,
+    status_of,
+    stream_label,
+    time_to_first_token,
+    token_counts,
+    upstream_error_kind,
+)
+from proxy.normalize.tables import FIXES
+
+# The format generate_latest writes. prometheus_client's CONTENT_TYPE_LATEST follows its newest
+# text format (version=1.0.0 in 0.26), which is not what this body is.
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+# A whole request: from a cached answer in milliseconds to a long reasoning stream that hits the
+# default total timeout of 900 s.
+DURATION_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 900.0,
+)  # fmt: skip
+# First byte of a stream: a few ms from a cache up to a 120 s first-byte timeout.
+TTFT_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+# The proxy's own work per request is tens to hundreds of microseconds; the upper buckets
+# catch a stalled event loop.
+OVERHEAD_BUCKETS: Final = (
+    0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)  # fmt: skip
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class _Children(Generic[M]):
+    """A metric's labelled children, each made once: ``labels()`` validates and locks on every
+    call, and label values are bounded, so the cache is too."""
+
+    __slots__ = ("_made", "_metric")
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._made: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
+        child = self._made.get(values)
+        if child is None:
+            child = self._made[values] = self._metric.labels(*values)
+        return child
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """The children every request of one (team, model, provider, endpoint, stream, status
+    class) updates: found with one lookup per request instead of one per metric."""
+
+    requests: Counter
+    duration: Histogram
+    overhead: Histogram
+    in_flight: Gauge
+
+
+class ProxyMetrics:
+    """Counts every API request on collectors registered in ``registry``.
+
+    ``providers`` (the configured ones) get their gauges and error and fix counters at zero from
+    the start, so that rates and alerts see a series before its first event.
+    """
+
+    def __init__(self, registry: CollectorRegistry, providers: Iterable[str] = ()) -> None:
+        def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
+            return Counter(name, doc, labels, registry=registry)
+
+        def histogram(
+            name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]
+        ) -> Histogram:
+            return Histogram(name, doc, labels, registry=registry, buckets=buckets)
+
+        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
+            # livesum: the sum over live workers; a dead worker's requests are no longer in flight.
+            return Gauge(name, doc, labels, registry=registry, multiprocess_mode="livesum")
+
+        self.requests = _Children(
+            counter(
+                "llm_proxy_requests_total",
+                "API requests finished, by status class.",
+                ("team", "model", "provider", "endpoint", "stream", "status_class"),
+            )
+        )
+        self.tokens = _Children(
+            counter(
+                "llm_proxy_tokens_total",
+                "Tokens used, upstream-reported or estimated.",
+                ("team", "model", "provider", "type", "source"),
+            )
+        )
+        self.duration = _Children(
+            histogram(
+                "llm_proxy_request_duration_seconds",
+                "Time from a request's arrival to its last byte.",
+                ("model", "provider", "endpoint", "stream"),
+                DURATION_BUCKETS,
+            )
+        )
+        self.time_to_first_token = _Children(
+            histogram(
+                "llm_proxy_time_to_first_token_seconds",
+                "Time from a stream request's arrival to the first byte of its body.",
+                ("model", "provider"),
+                TTFT_BUCKETS,
+            )
+        )
+        self.overhead = _Children(
+            histogram(
+                "llm_proxy_overhead_seconds",
+                "Time spent in the proxy itself, waiting on upstream and client excluded.",
+                ("endpoint", "stream"),
+                OVERHEAD_BUCKETS,
+            )
+        )
+        self.upstream_errors = _Children(
+            counter(
+                "llm_proxy_upstream_errors_total",
+                "Requests that failed upstream, by kind of failure.",
+                ("provider", "kind"),
+            )
+        )
+        self.requests_in_flight = _Children(
+            gauge("llm_proxy_requests_in_flight", "API requests being handled.", ("endpoint",))
+        )
+        self.streams_in_flight = _Children(
+            gauge("llm_proxy_streams_in_flight", "Streams being relayed.", ("provider",))
+        )
+        self.normalization_fixes = _Children(
+            counter(
+                "llm_proxy_normalization_fixes_total",
+                "Requests whose upstream output needed this kind of fix.",
+                ("provider", "fix"),
+            )
+        )
+        self.client_disconnects = _Children(
+            counter(
+                "llm_proxy_client_disconnects_total",
+                "Requests whose client went away before the end.",
+                ("team", "model", "provider"),
+            )
+        )
+        # The gauge child of each stream in flight, by id() of its exchange (which is alive, and
+        # so keeps its id, until finished() has run).
+        self._streaming: dict[int, Gauge] = {}
+        self._routes: dict[tuple[str, str, str, str, str, str], _Route] = {}
+        for endpoint in ENDPOINTS:
+            self.requests_in_flight(endpoint)
+        for provider in providers:
+            self.streams_in_flight(provider)
+            for kind in UPSTREAM_ERROR_KINDS:
+                self.upstream_errors(provider, kind)
+            for fix in FIXES:
+                self.normalization_fixes(provider, fix)
+
+    def started(self, exchange: Exchange) -> None:
+        self.requests_in_flight(endpoint_label(exchange)).inc()
+
+    def stream_started(self, exchange: Exchange) -> None:
+        gauge = self.streams_in_flight(exchange.provider)
+        gauge.inc()
+        self._streaming[id(exchange)] = gauge
+
+    def finished(self, exchange: Exchange) -> None:
+        team, model, provider = exchange.team, exchange.model, exchange.provider
+        status = status_of(exchange)
+        key = (
+            team,
+            model,
+            provider,
+            endpoint_label(exchange),
+            stream_label(exchange),
+            status_class(status),
+        )
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self._route(*key)
+        route.in_flight.dec()
+        streaming = self._streaming.pop(id(exchange), None)
+        if streaming is not None:
+            streaming.dec()
+        route.requests.inc()
+        usage = metered_usage(exchange, status)
+        if usage is not None:
+            for token_type, count in token_counts(usage):
+                if count:
+                    self.tokens(team, model, provider, token_type, usage.source).inc(count)
+        route.duration.observe(exchange.duration)
+        route.overhead.observe(exchange.overhead)
+        ttft = time_to_first_token(exchange)
+        if ttft is not None:
+            self.time_to_first_token(model, provider).observe(ttft)
+        kind = upstream_error_kind(exchange)
+        if kind is not None:
+            self.upstream_errors(provider, kind).inc()
+        if exchange.client_disconnected:
+            self.client_disconnects(team, model, provider).inc()
+        for fix in counted_fixes(exchange):
+            self.normalization_fixes(provider, fix).inc()
+
+    def _route(
+        self, team: str, model: str, provider: str, endpoint: str, stream: str, status: str
+    ) -> _Route:
+        return _Route(
+            requests=self.requests(team, model, provider, endpoint, stream, status),
+            duration=self.duration(model, provider, endpoint, stream),
+            overhead=self.overhead(endpoint, stream),
+            in_flight=self.requests_in_flight(endpoint),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """Where a scrape's numbers come from: this process's ``registry``, or, with ``directory``
+    (multiprocess mode), the files of every worker of the run."""
+
+    registry: CollectorRegistry
+    directory: str | None = None
+
+    def render(self) -> bytes:
+        if self.directory is None:
+            return generate_latest(self.registry)
+        # A fresh registry per scrape: MultiProcessCollector reads the files when collected.
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.directory)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
+
+
+def _authorized(header: str | None, token: bytes) -> bool:
+    if header is None:
+        return False
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    # surrogatepass: a header decoded with surrogateescape must compare, not raise.
+    return hmac.compare_digest(value.strip().encode("utf-8", "surrogatepass"), token)
+
+
+def metrics_handler(
+    exposition: Exposition, token: str | None = None
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """GET /metrics: the exposition, behind ``Authorization: Bearer <token>`` if one is set."""
+    expected = token.encode() if token else None
+
+    async def handle(request: web.Request) -> web.Response:
+        if expected is not None and not _authorized(request.headers.get("Authorization"), expected):
+            return error_response(
+                AuthenticationFailed("/metrics requires the metrics bearer token"),
+                {"WWW-Authenticate": 'Bearer realm="metrics"'},
+            )
+        # Rendering reads every series (and, with workers, every worker's files): off the event
+        # loop, so a scrape does not hold up requests in flight.
+        body = await asyncio.get_running_loop().run_in_executor(None, exposition.render)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    return handle
+
+
+def metrics_routes(exposition: Exposition, token: str | None = None) -> list[web.RouteDef]:
+    """/metrics as a route of the proxy's own listener."""
+    return [web.get("/metrics", metrics_handler(exposition, token))]
+
+
+def metrics_app(exposition: Exposition, token: str | None = None) -> web.Application:
+    """The application of a listener of its own that serves only /metrics."""
+    app = web.Application()
+    app.add_routes(metrics_routes(exposition, token))
+    return app

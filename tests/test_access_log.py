@@ -1,0 +1,209 @@
+"""The access log: one JSON line per API request, with the same tokens as the metrics, and never
+a key, a prompt or a header."""
+
+from __future__ import annotations
+
+import logging
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from proxy.access_log import AccessLog, access_record
+from proxy.exchange import Exchange
+from proxy.usage import Usage
+from tests.metrics_support import (
+    ALPHA_KEY,
+    BETA_KEY,
+    Stage,
+    scrape,
+    serve,
+    stage,
+    wait_for,
+    write_config,
+)
+
+FIELDS = {
+    "ts",
+    "request_id",
+    "team",
+    "model",
+    "provider",
+    "endpoint",
+    "stream",
+    "status",
+    "error_type",
+    "upstream_error",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "usage_source",
+    "duration_s",
+    "ttft_s",
+    "overhead_s",
+    "upstream_s",
+    "client_disconnected",
+    "fixes",
+}
+SECRET_PROMPT = "the-secret-prompt-7f3a"
+MADE_UP_KEY = "sk-made-up-secret-key-91c2"
+MODELS: dict[str, Any] = {
+    "llama": {"provider": "emu", "model": "friendli"},
+    "gpt-500": {"provider": "emu", "model": "openai@status=500"},
+}
+
+
+def test_access_record_fields() -> None:
+    exchange = Exchange("req-42", "chat", 10.0, team="alpha", model="llama", provider="emu")
+    exchange.stream = True
+    exchange.status = 200
+    exchange.usage = Usage(8, 4, 12, cached_tokens=3, reasoning_tokens=1)
+    exchange.fixes = frozenset({"usage", "role", "not-a-listed-fix"})
+    exchange.upstream_wait = 0.5
+    exchange.client_wait = 0.25
+    exchange.first_token_at = 10.3
+    exchange.ended = 11.0
+    when = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    record = access_record(exchange, when)
+    assert set(record) == FIELDS
+    line = orjson.loads(orjson.dumps(record, option=orjson.OPT_UTC_Z))
+    assert line == {
+        "ts": "2025-01-02T03:04:05.678000Z",
+        "request_id": "req-42",
+        "team": "alpha",
+        "model": "llama",
+        "provider": "emu",
+        "endpoint": "chat",
+        "stream": True,
+        "status": 200,
+        "error_type": None,
+        "upstream_error": None,
+        "prompt_tokens": 8,
+        "completion_tokens": 4,
+        "cached_tokens": 3,
+        "reasoning_tokens": 1,
+        "usage_source": "upstream",
+        "duration_s": 1.0,
+        "ttft_s": 0.3,
+        "overhead_s": 0.25,
+        "upstream_s": 0.5,
+        "client_disconnected": False,
+        "fixes": ["role", "usage"],
+    }
+
+
+def test_a_client_gone_before_any_response_is_a_499_without_tokens() -> None:
+    exchange = Exchange("req-43", "chat", 10.0, team="alpha")
+    exchange.usage = Usage(2, 0, 2, source="estimated")
+    exchange.client_disconnected = True
+    exchange.ended = 12.0
+    record = access_record(exchange, datetime.now(UTC))
+    assert record["status"] == 499 and record["client_disconnected"] is True
+    assert record["prompt_tokens"] is None and record["usage_source"] is None
+    assert record["ttft_s"] is None
+
+
+def test_nothing_is_formatted_when_the_logger_is_off() -> None:
+    logger = logging.getLogger("tests.access-log.off")
+    logger.setLevel(logging.WARNING)
+    clock_calls = []
+
+    def clock() -> datetime:
+        clock_calls.append(1)
+        return datetime.now(UTC)
+
+    AccessLog(logger, clock).finished(Exchange("req-44", "chat", 1.0))
+    assert clock_calls == []
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[Stage]:
+    with stage() as built:
+        yield built
+
+
+async def test_one_line_per_api_request_and_no_secrets(
+    running: Stage, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="proxy.access")
+    proxy = running.proxy(MODELS, access_log=True)
+    chat = f"{proxy.url}/chat/completions"
+    messages = [{"role": "user", "content": SECRET_PROMPT}]
+    sent: list[tuple[int, str]] = []
+    async with aiohttp.ClientSession() as session:
+        requests: list[tuple[str, dict[str, Any] | None, str]] = [
+            (chat, {"model": "llama", "messages": messages, "stream": True}, ALPHA_KEY),
+            (chat, {"model": "llama", "messages": messages}, BETA_KEY),
+            (chat, {"model": "gpt-500", "messages": messages}, ALPHA_KEY),
+            (chat, {"model": "made-up", "messages": messages}, ALPHA_KEY),
+            (chat, {"model": "llama", "messages": messages}, MADE_UP_KEY),
+            (f"{proxy.url}/models", None, ALPHA_KEY),
+        ]
+        for i, (url, body, key) in enumerate(requests):
+            headers = {"Authorization": f"Bearer {key}", "X-Request-Id": f"given-{i}"}
+            if i % 2:
+                del headers["X-Request-Id"]  # then the proxy makes one
+            method = (
+                session.post(url, json=body, headers=headers)
+                if body
+                else session.get(url, headers=headers)
+            )
+            async with method as response:
+                await response.read()
+                sent.append((response.status, response.headers["X-Request-Id"]))
+        for path in ("/healthz", "/readyz", "/metrics"):  # not API requests: no line
+            async with session.get(proxy.root + path) as response:
+                assert response.status == 200
+
+    def lines() -> list[dict[str, Any]]:
+        return [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "proxy.access"]
+
+    wait_for(lambda: len(lines()) >= len(requests), "the access log lines", seconds=10)
+    logged = lines()
+    assert len(logged) == len(requests)
+    by_id = {line["request_id"]: line for line in logged}
+    # In order of the requests (each id once): a stream's line may come a moment late.
+    logged = [by_id[request_id] for _, request_id in sent]
+    assert [(line["status"], line["request_id"]) for line in logged] == sent
+    assert by_id["given-0"]["stream"] is True and by_id["given-0"]["ttft_s"] is not None
+    assert by_id["given-2"]["upstream_error"] == "status"
+    for line in logged:
+        assert set(line) == FIELDS
+        assert line["ts"].endswith("Z")
+    teams = ["alpha", "beta", "alpha", "alpha", "unknown", "alpha"]
+    assert [line["team"] for line in logged] == teams
+    assert [line["model"] for line in logged][3:] == ["unknown", "unknown", "unknown"]
+    text = caplog.text
+    for secret in (ALPHA_KEY, BETA_KEY, MADE_UP_KEY, SECRET_PROMPT, "Bearer", "Authorization"):
+        assert secret not in text
+
+    # The log and the metrics count the same tokens.
+    for kind in ("prompt", "completion"):
+        logged_tokens = sum(line[f"{kind}_tokens"] or 0 for line in logged)
+        assert logged_tokens == proxy.value("llm_proxy_tokens_total", type=kind) > 0
+
+
+def test_serve_writes_json_lines_to_stderr(running: Stage, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, MODELS, access_log=True)
+    with serve(config, 1, tmp_path / "tmp") as served:
+        for i in range(3):
+            request = urllib.request.Request(
+                f"{served.url}/models",
+                headers={"Authorization": f"Bearer {ALPHA_KEY}", "X-Request-Id": f"cli-{i}"},
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 200
+        scrape(served.root + "/metrics")
+
+        def logged() -> list[dict[str, Any]]:
+            return [orjson.loads(line) for line in served.lines if line.startswith("{")]
+
+        wait_for(lambda: len(logged()) == 3, "three access log lines")
+    assert [line["request_id"] for line in logged()] == ["cli-0", "cli-1", "cli-2"]
+    assert all(line["endpoint"] == "models" and line["status"] == 200 for line in logged())

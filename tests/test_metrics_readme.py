@@ -1,0 +1,63 @@
+"""README's metrics reference lists exactly what GET /metrics exposes after some traffic."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from tests.metrics_support import (
+    ALPHA_KEY,
+    HELLO,
+    Stage,
+    exposed_metrics,
+    readme_metrics,
+    stage,
+)
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[Stage]:
+    with stage() as built:
+        yield built
+
+
+def test_readme_lists_metrics_with_types_and_labels() -> None:
+    table = readme_metrics()
+    assert len(table) == 10
+    for name, (kind, labels) in table.items():
+        assert name.startswith("llm_proxy_")
+        assert kind in ("counter", "gauge", "histogram")
+        assert (kind == "counter") == name.endswith("_total")
+        assert (kind == "histogram") == name.endswith("_seconds")
+        assert labels
+
+
+async def test_readme_matches_the_exposition(running: Stage) -> None:
+    proxy = running.proxy(
+        {
+            "llama": {"provider": "emu", "model": "friendli"},
+            "cut": {"provider": "emu", "model": "openai.chat.stream.sse@stall-after=2000"},
+        }
+    )
+    auth = {"Authorization": f"Bearer {ALPHA_KEY}"}
+    async with aiohttp.ClientSession() as session:
+        for stream in (True, False):
+            body = {"model": "llama", "messages": HELLO, "stream": stream}
+            async with session.post(f"{proxy.url}/chat/completions", json=body, headers=auth) as r:
+                assert r.status == 200
+                await r.read()
+        # A client that hangs up mid-stream, for the disconnect counter.
+        body = {"model": "cut", "messages": HELLO, "stream": True}
+        response = await session.post(f"{proxy.url}/chat/completions", json=body, headers=auth)
+        await response.content.readline()
+        response.close()
+        deadline = asyncio.get_running_loop().time() + 10
+        while not proxy.value("llm_proxy_client_disconnects_total"):
+            assert asyncio.get_running_loop().time() < deadline, "the hang-up was never counted"
+            await asyncio.sleep(0.01)
+        async with session.get(f"{proxy.root}/metrics") as r:
+            text = await r.text()
+    assert exposed_metrics(text) == readme_metrics()
