@@ -25,6 +25,7 @@ from proxy.metering import (
     status_of,
     time_to_first_token,
 )
+from proxy.state import Observer
 
 
 def _seconds(value: float | None) -> float | None:
@@ -65,7 +66,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class AccessLog:
+class AccessLog(Observer):
     """Writes ``access_record`` of each finished request as one line of JSON, made by one
     ``orjson.dumps`` and handed to logging as a finished message (no per-field formatting)."""
 
@@ -74,12 +75,6 @@ class AccessLog:
     ) -> None:
         self._log = logger if logger is not None else logging.getLogger("proxy.access")
         self._clock = clock
-
-    def started(self, exchange: Exchange) -> None:
-        pass
-
-    def stream_started(self, exchange: Exchange) -> None:
-        pass
 
     def finished(self, exchange: Exchange) -> None:
         if not self._log.isEnabledFor(logging.INFO):

@@ -1,7 +1,7 @@
 """``build_app(config)``: the proxy's handlers, middleware and lifetimes, wired; no globals.
 
-Everything a request needs hangs off the application (``STATE``), and everything derived from
-one configuration hangs off ``Runtime``, which a reload replaces in one assignment.
+Everything a request needs hangs off the application (``proxy.state.STATE``); the one place
+that turns an exception into an HTTP answer is ``exchange_middleware``.
 """
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ import asyncio
 import logging
 import re
 import secrets
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
 import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.auth import KeyRing
+from proxy.completion import handle_completion
 from proxy.config import Config
 from proxy.errors import (
     BodyTooLarge,
@@ -28,15 +26,14 @@ from proxy.errors import (
     ProxyError,
     ServiceUnavailable,
     UpstreamError,
-    UpstreamTimeout,
     to_openai_error,
 )
 from proxy.exchange import Exchange
-from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
-from proxy.relay import relay_stream, relay_whole
-from proxy.request import parse_request, upstream_body
-from proxy.routing import allowed_models, resolve_model
-from proxy.upstream import Target, UpstreamClient, target_for, upstream_path
+from proxy.routing import allowed_models
+from proxy.state import EXCHANGE, STATE, Observer, Runtime, State
+from proxy.upstream import UpstreamClient
+
+__all__ = ["EXCHANGE", "STATE", "Observer", "Runtime", "State", "build_app", "error_response"]
 
 log = logging.getLogger("proxy")
 
@@ -46,45 +43,6 @@ _ENDPOINTS: Final = {
     "/v1/completions": "completions",
     "/v1/models": "models",
 }
-
-
-class Observer(Protocol):
-    """Sees every client request start and finish (metrics, the access log)."""
-
-    def started(self, exchange: Exchange) -> None: ...
-
-    def stream_started(self, exchange: Exchange) -> None:
-        """A stream's response headers are going out: it is in flight until ``finished``."""
-
-    def finished(self, exchange: Exchange) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Runtime:
-    """Everything derived from one configuration."""
-
-    config: Config
-    keyring: KeyRing
-    targets: Mapping[str, Target]
-    loaded_at: int
-
-    @classmethod
-    def from_config(cls, config: Config) -> Runtime:
-        targets = {name: target_for(provider) for name, provider in config.providers.items()}
-        return cls(config, KeyRing(config.teams), targets, int(time.time()))
-
-
-@dataclass(slots=True)
-class State:
-    runtime: Runtime
-    observers: Sequence[Observer] = ()
-    client: UpstreamClient | None = None
-    ready: bool = False
-    extra_routes: list[web.RouteDef] = field(default_factory=list)
-
-
-STATE: Final = web.AppKey("state", State)
-EXCHANGE: Final = web.RequestKey("exchange", Exchange)
 
 
 def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -158,6 +116,7 @@ async def exchange_middleware(
 
 
 def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
+    exchange.failure = exc
     exchange.status = exc.http_status
     exchange.error_type = exc.error_type
     if isinstance(exc, UpstreamError):
@@ -169,102 +128,12 @@ def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
     return error_response(exc, headers)
 
 
-async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
-    """The request body, refusing more than ``limit`` bytes and clients slower than ``seconds``."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes")
-    chunks = []
-    size = 0
-    try:
-        async with asyncio.timeout(seconds):
-            while True:
-                chunk = await request.content.readany()
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > limit:
-                    raise BodyTooLarge(
-                        f"The request body is larger than the limit of {limit} bytes"
-                    )
-                chunks.append(chunk)
-    except TimeoutError as exc:
-        raise InvalidRequest(
-            f"The request body did not arrive within {seconds:g} s", code="request_timeout"
-        ) from exc
-    return b"".join(chunks)
-
-
-async def _completion(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
-    state = request.app[STATE]
-    runtime = state.runtime
-    config = runtime.config
-    exchange = request[EXCHANGE]
-    loop = asyncio.get_running_loop()
-
-    team = runtime.keyring.identify(request.headers.get("Authorization"))
-    exchange.team = team.name
-    raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
-    client_request = parse_request(raw, endpoint)
-    exchange.stream = client_request.stream
-    model = resolve_model(config, team, client_request.model)
-    exchange.model = model.name
-
-    deployment = model.deployments[0]
-    provider = config.providers[deployment.provider]
-    exchange.provider = provider.name
-    path = upstream_path(provider.dialect, endpoint)
-    if path is None:
-        raise InvalidRequest(
-            f"The model '{model.name}' does not serve {request.path}",
-            param="model",
-            code="unsupported_endpoint",
-        )
-    ctx = RequestContext(
-        endpoint=endpoint,
-        model=client_request.model,
-        created=int(time.time()),
-        include_usage=client_request.include_usage,
-        max_tokens=client_request.max_tokens,
-        reasoning=model.reasoning,
-        dialect=provider.dialect,
-        n=client_request.n,
-        prompt_chars=client_request.prompt_chars,
-    )
-    body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
-    timeouts = provider.timeouts
-    family = API_FAMILIES[provider.api]
-    assert state.client is not None
-    started = loop.time()
-    deadline = started + timeouts.total
-    try:
-        async with asyncio.timeout_at(min(started + timeouts.first_byte, deadline)):
-            upstream = await state.client.send(
-                runtime.targets[provider.name],
-                path,
-                body,
-                stream=client_request.stream,
-                connect_timeout=timeouts.connect,
-            )
-    except TimeoutError as exc:
-        raise UpstreamTimeout(
-            f"The upstream did not answer within {timeouts.first_byte:g} s"
-        ) from exc
-    finally:
-        exchange.upstream_wait += loop.time() - started
-    if client_request.stream:
-        headers = {"X-Request-Id": exchange.request_id}
-        return await relay_stream(
-            request, upstream, family, ctx, exchange, timeouts, deadline, headers
-        )
-    return await relay_whole(upstream, family, ctx, exchange, timeouts, deadline)
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _completion(request, "chat")
+    return await handle_completion(request, "chat")
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _completion(request, "completions")
+    return await handle_completion(request, "completions")
 
 
 async def list_models(request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from proxy.errors import ProxyError
 from proxy.usage import Usage
 
 # Label values for requests that never got as far as a configured team, model or provider:
@@ -24,9 +25,11 @@ class Exchange:
     stream: bool = False
     status: int = 0  # the HTTP status sent; 200 for a stream that later ended in an error event
     error_type: str | None = None  # the OpenAI error type the client saw, if any
-    upstream_error: str | None = (
-        None  # kind of upstream failure: connect, timeout, status, protocol
-    )
+    # The kind of upstream failure the request ended with: connect, timeout, status, protocol.
+    upstream_error: str | None = None
+    failure: ProxyError | None = None  # what it failed with, before or after its first byte
+    # (provider, kind) of each failed attempt that was followed by another (fallback or retry)
+    retried: list[tuple[str, str]] = field(default_factory=list)
     usage: Usage | None = None
     fixes: frozenset[str] = field(default_factory=frozenset)
     upstream_wait: float = 0.0  # seconds spent waiting for the upstream

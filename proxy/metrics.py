@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.app import error_response
+from proxy.config import Deployment
 from proxy.errors import AuthenticationFailed
 from proxy.exchange import Exchange
 from proxy.metering import (
@@ -40,6 +41,7 @@ from proxy.metering import (
     upstream_error_kind,
 )
 from proxy.normalize.tables import FIXES
+from proxy.state import Observer
 
 # The format generate_latest writes. prometheus_client's CONTENT_TYPE_LATEST follows its newest
 # text format (version=1.0.0 in 0.26), which is not what this body is.
@@ -60,6 +62,8 @@ TTFT_BUCKETS: Final = (
 OVERHEAD_BUCKETS: Final = (
     0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 )  # fmt: skip
+
+_CIRCUIT_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -92,14 +96,19 @@ class _Route:
     in_flight: Gauge
 
 
-class ProxyMetrics:
+class ProxyMetrics(Observer):
     """Counts every API request on collectors registered in ``registry``.
 
     ``providers`` (the configured ones) get their gauges and error and fix counters at zero from
     the start, so that rates and alerts see a series before its first event.
     """
 
-    def __init__(self, registry: CollectorRegistry, providers: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        providers: Iterable[str] = (),
+        deployments: Iterable[tuple[str, str, str]] = (),
+    ) -> None:
         def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
             return Counter(name, doc, labels, registry=registry)
 
@@ -177,6 +186,44 @@ class ProxyMetrics:
                 ("team", "model", "provider"),
             )
         )
+        self.upstream_retries = _Children(
+            counter(
+                "llm_proxy_upstream_retries_total",
+                "Upstream attempts that failed and were followed by another (retry or fallback).",
+                ("model", "provider"),
+            )
+        )
+        self.circuit_state = _Children(
+            Gauge(
+                "llm_proxy_circuit_state",
+                "A deployment's circuit breaker: 0 closed, 1 half-open (probing), 2 open.",
+                ("model", "provider", "upstream_model"),
+                registry=registry,
+                # Each worker keeps its own breakers: the worst live one is the deployment's state.
+                multiprocess_mode="livemax",
+            )
+        )
+        self.circuit_transitions = _Children(
+            counter(
+                "llm_proxy_circuit_transitions_total",
+                "Circuit breaker transitions, by the state entered.",
+                ("model", "provider", "upstream_model", "state"),
+            )
+        )
+        self.config_reloads = _Children(
+            counter(
+                "llm_proxy_config_reloads_total",
+                "Configuration reloads (SIGHUP), applied or refused.",
+                ("result",),
+            )
+        )
+        for result in ("success", "failure"):
+            self.config_reloads(result)
+        for model, provider, upstream_model in deployments:
+            self.circuit_state(model, provider, upstream_model).set(0)
+            self.upstream_retries(model, provider)
+            for state in _CIRCUIT_VALUES:
+                self.circuit_transitions(model, provider, upstream_model, state)
         # The gauge child of each stream in flight, by id() of its exchange (which is alive, and
         # so keeps its id, until finished() has run).
         self._streaming: dict[int, Gauge] = {}
@@ -230,10 +277,21 @@ class ProxyMetrics:
         kind = upstream_error_kind(exchange)
         if kind is not None:
             self.upstream_errors(provider, kind).inc()
+        for failed_provider, failed_kind in exchange.retried:
+            self.upstream_errors(failed_provider, failed_kind).inc()
+            self.upstream_retries(model, failed_provider).inc()
         if exchange.client_disconnected:
             self.client_disconnects(team, model, provider).inc()
         for fix in counted_fixes(exchange):
             self.normalization_fixes(provider, fix).inc()
+
+    def circuit_changed(self, model: str, deployment: Deployment, state: str) -> None:
+        labels = (model, deployment.provider, deployment.model)
+        self.circuit_state(*labels).set(_CIRCUIT_VALUES.get(state, 0))
+        self.circuit_transitions(*labels, state).inc()
+
+    def reloaded(self, ok: bool) -> None:
+        self.config_reloads("success" if ok else "failure").inc()
 
     def _route(
         self, team: str, model: str, provider: str, endpoint: str, stream: str, status: str

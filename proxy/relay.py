@@ -2,15 +2,18 @@
 
 Headers go to the client only once the normalizer has something to say, so that anything that
 fails before the first byte (the upstream's status, a timeout, an error event first thing)
-is still a proper HTTP error (CANONICAL.md section 4). After that, failures become one error
-event. Upstream reads are bounded by the provider's first-byte, idle and total timeouts, client
-writes by the idle timeout; a client that goes away closes the upstream request at once.
+is still a proper HTTP error (CANONICAL.md section 4), and still worth another deployment: a
+``ProxyError`` raised from here means the client has received nothing. After the first byte,
+failures become one error event. Upstream reads are bounded by the provider's first-byte, idle
+and total timeouts, client writes by the idle timeout; a client that goes away closes the
+upstream request at once (aiohttp cancels the handler, and every path closes the upstream).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+import logging
+from dataclasses import dataclass, replace
 from typing import Final
 
 import aiohttp
@@ -22,8 +25,10 @@ from proxy.errors import ProxyError, UpstreamError, UpstreamProtocolError, Upstr
 from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
-from proxy.sse import SSEDecoder
+from proxy.sse import Event, SSEDecoder
 from proxy.upstream import mapped_errors, read_whole
+
+log = logging.getLogger("proxy.relay")
 
 # The largest whole response accepted from an upstream (a long completion is a few MB at most).
 RESPONSE_LIMIT: Final = 64 * 1024 * 1024
@@ -35,153 +40,113 @@ _STREAM_HEADERS: Final = {
 }
 
 
-def _is_event_stream(response: aiohttp.ClientResponse) -> bool:
-    return response.content_type == "text/event-stream"
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An upstream's 200 answer, and what relaying it needs."""
+
+    response: aiohttp.ClientResponse
+    family: ApiFamily
+    ctx: RequestContext
+    timeouts: Timeouts
+    deadline: float  # loop time by which the whole exchange must be over
+
+    @property
+    def is_event_stream(self) -> bool:
+        return self.response.content_type == "text/event-stream"
 
 
-def _deadline(loop: asyncio.AbstractEventLoop, seconds: float, limit: float) -> float:
-    return min(loop.time() + seconds, limit)
-
-
-async def relay_whole(
-    upstream: aiohttp.ClientResponse,
-    family: ApiFamily,
-    ctx: RequestContext,
-    exchange: Exchange,
-    timeouts: Timeouts,
-    deadline: float,
-) -> web.Response:
+async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
     """A non-streamed answer: read it whole (bounded), normalize it, send it."""
-    if _is_event_stream(upstream):
-        return await _stream_as_whole(upstream, family, ctx, exchange, timeouts, deadline)
+    if answer.is_event_stream:
+        return await _stream_as_whole(answer, exchange)
     loop = asyncio.get_running_loop()
     waited = loop.time()
     try:
-        async with asyncio.timeout_at(deadline):
-            raw = await read_whole(upstream, RESPONSE_LIMIT)
+        async with asyncio.timeout_at(answer.deadline):
+            raw = await read_whole(answer.response, RESPONSE_LIMIT)
     except TimeoutError as exc:
-        raise UpstreamTimeout(
-            f"The upstream did not finish its answer within {timeouts.total:g} s"
-        ) from exc
+        raise _total_timeout(answer) from exc
     finally:
         exchange.upstream_wait += loop.time() - waited
-        upstream.release()
-    normalized = family.response(raw, ctx)
+        answer.response.close()
+    normalized = answer.family.response(raw, answer.ctx)
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
     return web.Response(body=normalized.body, content_type="application/json")
 
 
-async def _stream_as_whole(
-    upstream: aiohttp.ClientResponse,
-    family: ApiFamily,
-    ctx: RequestContext,
-    exchange: Exchange,
-    timeouts: Timeouts,
-    deadline: float,
-) -> web.Response:
-    """A whole answer was asked for but the upstream streamed: collect the stream, then answer."""
-    normalizer = family.stream(replace(ctx, include_usage=True))
-    decoder = SSEDecoder()
-    frames: list[bytes] = []
-    loop = asyncio.get_running_loop()
-    waited = loop.time()
-    try:
-        async with asyncio.timeout_at(deadline):
-            while not normalizer.ended:
-                with mapped_errors("stream"):
-                    data = await upstream.content.readany()
-                for event in decoder.feed(data) if data else decoder.close():
-                    frames += normalizer.feed(event)
-                if not data:
-                    frames += normalizer.finish()
-    except TimeoutError as exc:
-        raise UpstreamTimeout(
-            f"The upstream did not finish its answer within {timeouts.total:g} s"
-        ) from exc
-    finally:
-        exchange.upstream_wait += loop.time() - waited
-        exchange.usage = normalizer.usage
-        exchange.fixes = frozenset(normalizer.fixes)
-        upstream.close()
-    if normalizer.error is not None:
-        raise normalizer.error
-    usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
-    return web.Response(body=response_from_frames(frames, usage), content_type="application/json")
-
-
 async def relay_stream(
-    request: web.Request,
-    upstream: aiohttp.ClientResponse,
-    family: ApiFamily,
-    ctx: RequestContext,
-    exchange: Exchange,
-    timeouts: Timeouts,
-    deadline: float,
-    headers: dict[str, str],
+    request: web.Request, answer: Answer, exchange: Exchange, headers: dict[str, str]
 ) -> web.StreamResponse:
     """A streamed answer, relayed event by event as it arrives."""
-    if not _is_event_stream(upstream):
-        return await _whole_as_stream(
-            request, upstream, family, ctx, exchange, timeouts, deadline, headers
-        )
-    normalizer = family.stream(ctx)
+    if not answer.is_event_stream:
+        return await _whole_as_stream(request, answer, exchange, headers)
+    normalizer = answer.family.stream(answer.ctx)
     try:
-        return await _pump(request, upstream, normalizer, exchange, timeouts, deadline, headers)
+        return await _pump(request, answer, normalizer, exchange, headers)
     finally:
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
-        upstream.close()
+        answer.response.close()
+
+
+def _total_timeout(answer: Answer) -> UpstreamTimeout:
+    seconds = answer.timeouts.total
+    return UpstreamTimeout(f"The upstream did not finish its answer within {seconds:g} s")
+
+
+def _feed(normalizer: StreamNormalizer, events: list[Event], at_end: bool) -> list[bytes]:
+    """The frames for ``events`` (and the end of the body, if it came)."""
+    frames: list[bytes] = []
+    try:
+        for event in events:
+            frames += normalizer.feed(event)
+            if normalizer.ended:
+                return frames
+        if at_end:
+            frames += normalizer.finish()
+    except Exception:
+        # Defence in depth: a bug of ours must end this stream cleanly, not the process.
+        log.exception("the normalizer failed")
+        failure = UpstreamProtocolError("The proxy could not process the upstream's stream")
+        frames += normalizer.fail(failure)
+    return frames
 
 
 async def _pump(
     request: web.Request,
-    upstream: aiohttp.ClientResponse,
+    answer: Answer,
     normalizer: StreamNormalizer,
     exchange: Exchange,
-    timeouts: Timeouts,
-    deadline: float,
     headers: dict[str, str],
 ) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     decoder = SSEDecoder()
     response: web.StreamResponse | None = None
-    content = upstream.content
+    content = answer.response.content
+    timeouts = answer.timeouts
     wait = timeouts.first_byte
     while not normalizer.ended:
         frames: list[bytes] = []
-        events = []
         started = loop.time()
         try:
-            async with asyncio.timeout_at(min(started + wait, deadline)):
+            async with asyncio.timeout_at(min(started + wait, answer.deadline)):
                 with mapped_errors("stream"):
                     data = await content.readany()
             events = decoder.feed(data) if data else decoder.close()
+            frames = _feed(normalizer, events, not data)
         except TimeoutError:
-            data = b"-"  # not the end of the body: the failure ends the stream
-            gap = (
-                "total"
-                if loop.time() >= deadline
-                else ("first byte" if response is None else "idle")
-            )
-            seconds = {"total": timeouts.total, "first byte": timeouts.first_byte}.get(
-                gap, timeouts.idle
-            )
-            frames = normalizer.fail(
-                UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
-            )
+            gap = "first byte" if response is None else "idle"
+            seconds = timeouts.first_byte if response is None else timeouts.idle
+            if loop.time() >= answer.deadline:
+                gap, seconds = "total", timeouts.total
+            timeout = UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
+            frames = normalizer.fail(timeout)
         except UpstreamError as exc:
-            data = b"-"
             frames = normalizer.fail(exc)
         finally:
             exchange.upstream_wait += loop.time() - started
         wait = timeouts.idle
-        for event in events:
-            frames += normalizer.feed(event)
-            if normalizer.ended:
-                break
-        if not data and not normalizer.ended:
-            frames += normalizer.finish()
         if not frames:
             continue
         if response is None:
@@ -193,9 +158,7 @@ async def _pump(
             await response.prepare(request)
             exchange.first_token_at = loop.time()
         if normalizer.error is not None:
-            exchange.error_type = normalizer.error.error_type
-            if isinstance(normalizer.error, UpstreamError):
-                exchange.upstream_error = normalizer.error.kind
+            _failed_after_first_byte(exchange, normalizer.error)
         started = loop.time()
         try:
             async with asyncio.timeout_at(started + timeouts.idle):
@@ -211,34 +174,59 @@ async def _pump(
     return response
 
 
+def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
+    exchange.failure = error
+    exchange.error_type = error.error_type
+    if isinstance(error, UpstreamError):
+        exchange.upstream_error = error.kind
+
+
+async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
+    """A whole answer was asked for but the upstream streamed: collect the stream, then answer."""
+    normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
+    decoder = SSEDecoder()
+    frames: list[bytes] = []
+    loop = asyncio.get_running_loop()
+    waited = loop.time()
+    try:
+        async with asyncio.timeout_at(answer.deadline):
+            while not normalizer.ended:
+                with mapped_errors("stream"):
+                    data = await answer.response.content.readany()
+                events = decoder.feed(data) if data else decoder.close()
+                frames += _feed(normalizer, events, not data)
+    except TimeoutError as exc:
+        raise _total_timeout(answer) from exc
+    finally:
+        exchange.upstream_wait += loop.time() - waited
+        exchange.usage = normalizer.usage
+        exchange.fixes = frozenset(normalizer.fixes)
+        answer.response.close()
+    if normalizer.error is not None:
+        raise normalizer.error
+    usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
+    return web.Response(body=response_from_frames(frames, usage), content_type="application/json")
+
+
 async def _whole_as_stream(
-    request: web.Request,
-    upstream: aiohttp.ClientResponse,
-    family: ApiFamily,
-    ctx: RequestContext,
-    exchange: Exchange,
-    timeouts: Timeouts,
-    deadline: float,
-    headers: dict[str, str],
+    request: web.Request, answer: Answer, exchange: Exchange, headers: dict[str, str]
 ) -> web.StreamResponse:
     """A stream was asked for but the upstream answered with one JSON body: stream that."""
-    if upstream.content_type != "application/json":
-        upstream.close()
+    content_type = answer.response.content_type
+    if content_type != "application/json":
+        answer.response.close()
         raise UpstreamProtocolError(
-            f"The upstream answered a stream request with content type '{upstream.content_type}'"
+            f"The upstream answered a stream request with content type '{content_type}'"
         )
-    whole = await relay_whole(upstream, family, ctx, exchange, timeouts, deadline)
+    whole = await relay_whole(answer, exchange)
     assert isinstance(whole.body, bytes)
     response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
     exchange.status = 200
     await response.prepare(request)
     exchange.first_token_at = asyncio.get_running_loop().time()
     try:
-        await response.write(b"".join(frames_from_response(whole.body, ctx)))
+        await response.write(b"".join(frames_from_response(whole.body, answer.ctx)))
         await response.write_eof()
     except ConnectionResetError:
         exchange.client_disconnected = True
     return response
-
-
-__all__ = ["ProxyError", "relay_stream", "relay_whole"]

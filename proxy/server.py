@@ -61,7 +61,12 @@ def make_observers(config: Config, registry: CollectorRegistry | None = None) ->
     observers: list[Observer] = []
     if config.metrics.enabled:
         registry = registry if registry is not None else CollectorRegistry()
-        observers.append(ProxyMetrics(registry, config.providers))
+        deployments = [
+            (name, deployment.provider, deployment.model)
+            for name, model in config.models.items()
+            for deployment in model.deployments
+        ]
+        observers.append(ProxyMetrics(registry, config.providers, deployments))
     if config.access_log:
         observers.append(AccessLog())
     return observers

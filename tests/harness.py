@@ -97,6 +97,9 @@ def proxy_config(emulator_url: str, models: dict[str, Any], **extra: Any) -> dic
             "support": {"keys": [SUPPORT_KEY], "models": ["llama-*"]},
         },
         "access_log": False,
+        # One attempt per request unless a test says otherwise: the error cases here are about
+        # what one failure looks like; retries and fallbacks have tests of their own.
+        "routing": {"attempts": 1},
     }
     raw.update(extra)
     return raw

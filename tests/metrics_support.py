@@ -93,6 +93,8 @@ def config_for(emulator_url: str, models: Mapping[str, Any], **extra: Any) -> Co
         "models": dict(models),
         "teams": TEAMS,
         "access_log": False,
+        # One attempt per request: these tests count requests and their failures one by one.
+        "routing": {"attempts": 1},
     }
     raw.update(extra)
     return parse_config(yaml.safe_load(yaml.safe_dump(raw)), {})
@@ -159,6 +161,8 @@ def write_config(path: Path, emulator_url: str, models: Mapping[str, Any], **ext
         "models": dict(models),
         "teams": TEAMS,
         "access_log": False,
+        # One attempt per request: these tests count requests and their failures one by one.
+        "routing": {"attempts": 1},
     }
     raw.update(extra)
     path.write_text(yaml.safe_dump(raw))

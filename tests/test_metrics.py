@@ -58,8 +58,9 @@ def running() -> Iterator[Stage]:
 
 @pytest.fixture
 def proxy(running: Stage) -> Metered:
-    """A fresh proxy (fresh registry) for each test: totals start at zero."""
-    return running.proxy(MODELS)
+    """A fresh proxy (fresh registry) for each test: totals start at zero. One attempt per
+    request: these tests count requests; retries are counted in test_resilience.py."""
+    return running.proxy(MODELS, routing={"attempts": 1})
 
 
 def client(proxy: Metered, key: str) -> openai.AsyncOpenAI:

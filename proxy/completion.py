@@ -1,0 +1,193 @@
+"""POST /v1/chat/completions and /v1/completions: team → request → model → attempts → relay.
+
+A request is tried on its model's deployments in the order ``balancer.AttemptPlan`` gives,
+until one answers or the plan says stop. Everything before the client's first byte can be
+tried again; ``relay`` raises a ``ProxyError`` only while nothing has been sent, so every error
+that reaches the loop below is still retryable in principle (``balancer.retryable`` decides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Final
+
+from aiohttp import web
+
+from proxy.balancer import AttemptPlan
+from proxy.config import Deployment, Model, Provider
+from proxy.errors import (
+    BodyTooLarge,
+    InvalidRequest,
+    ProxyError,
+    ServiceUnavailable,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from proxy.exchange import Exchange
+from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
+from proxy.relay import Answer, relay_stream, relay_whole
+from proxy.request import ClientRequest, parse_request, upstream_body
+from proxy.routing import resolve_model
+from proxy.state import EXCHANGE, STATE, Runtime, State
+from proxy.upstream import upstream_path
+
+log = logging.getLogger("proxy.routing")
+
+_PATHS: Final = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The request body, refusing more than ``limit`` bytes and clients slower than ``seconds``."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes")
+    chunks = []
+    size = 0
+    try:
+        async with asyncio.timeout(seconds):
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(
+                        f"The request body is larger than the limit of {limit} bytes"
+                    )
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise InvalidRequest(
+            f"The request body did not arrive within {seconds:g} s", code="request_timeout"
+        ) from exc
+    return b"".join(chunks)
+
+
+async def handle_completion(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+    state = request.app[STATE]
+    runtime = state.runtime  # one configuration for the whole request, even across a reload
+    config = runtime.config
+    exchange = request[EXCHANGE]
+
+    team = runtime.keyring.identify(request.headers.get("Authorization"))
+    exchange.team = team.name
+    raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
+    client_request = parse_request(raw, endpoint)
+    exchange.stream = client_request.stream
+    model = resolve_model(config, team, client_request.model)
+    exchange.model = model.name
+    return await _attempts(request, state, runtime, exchange, model, client_request)
+
+
+async def _attempts(
+    request: web.Request,
+    state: State,
+    runtime: Runtime,
+    exchange: Exchange,
+    model: Model,
+    client_request: ClientRequest,
+) -> web.StreamResponse:
+    loop = asyncio.get_running_loop()
+    breakers = runtime.breakers[model.name]
+    plan = AttemptPlan(model, breakers, runtime.config.routing.policy, runtime.rng.random)
+    last_error: ProxyError | None = None
+    while (attempt := plan.next(loop.time())) is not None:
+        deployment = attempt.deployment
+        if attempt.probe:
+            _circuit(state, model, deployment, "half_open")
+        provider = runtime.config.providers[deployment.provider]
+        exchange.provider = provider.name
+        try:
+            response = await _attempt(
+                request, state, runtime, exchange, model, provider, deployment, client_request
+            )
+        except ProxyError as exc:
+            last_error = exc
+            _circuit(state, model, deployment, plan.report(loop.time(), exc))
+            delay = plan.retry_delay(loop.time(), exc)
+            if delay is None or not isinstance(exc, UpstreamError):
+                raise
+            exchange.retried.append((provider.name, exc.kind))
+            log.info(
+                "request %s: %s/%s failed (%s: %s); retrying in %.2f s",
+                exchange.request_id, provider.name, deployment.model, exc.kind, exc.message, delay,
+            )  # fmt: skip
+            await asyncio.sleep(delay)
+            continue
+        except BaseException:
+            plan.release()  # cancelled (the client left): the attempt tells nothing
+            raise
+        # A stream that broke after its first byte is the deployment's failure all the same.
+        _circuit(state, model, deployment, plan.report(loop.time(), exchange.failure))
+        return response
+    if last_error is not None:
+        raise last_error
+    raise ServiceUnavailable(
+        f"No upstream is available for model '{model.name}': all its deployments are failing",
+        code="no_upstream_available",
+    )
+
+
+def _circuit(state: State, model: Model, deployment: Deployment, transition: str | None) -> None:
+    if transition is None:
+        return
+    log.warning(
+        "circuit of model %s deployment %s/%s is now %s",
+        model.name, deployment.provider, deployment.model, transition,
+    )  # fmt: skip
+    for observer in state.observers:
+        observer.circuit_changed(model.name, deployment, transition)
+
+
+async def _attempt(
+    request: web.Request,
+    state: State,
+    runtime: Runtime,
+    exchange: Exchange,
+    model: Model,
+    provider: Provider,
+    deployment: Deployment,
+    client_request: ClientRequest,
+) -> web.StreamResponse:
+    """One try at one deployment: send, wait for the answer's headers, relay it."""
+    endpoint = client_request.endpoint
+    path = upstream_path(provider.dialect, endpoint)
+    if path is None:
+        raise InvalidRequest(
+            f"The model '{model.name}' does not serve {_PATHS[endpoint]}",
+            param="model",
+            code="unsupported_endpoint",
+        )
+    ctx = RequestContext(
+        endpoint=endpoint,
+        model=client_request.model,
+        created=int(time.time()),
+        include_usage=client_request.include_usage,
+        max_tokens=client_request.max_tokens,
+        reasoning=model.reasoning,
+        dialect=provider.dialect,
+        n=client_request.n,
+        prompt_chars=client_request.prompt_chars,
+    )
+    body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
+    timeouts = provider.timeouts
+    assert state.client is not None
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline = started + timeouts.total
+    try:
+        async with asyncio.timeout_at(min(started + timeouts.first_byte, deadline)):
+            response = await state.client.send(
+                runtime.targets[provider.name],
+                path,
+                body,
+                stream=client_request.stream,
+                connect_timeout=timeouts.connect,
+            )
+    except TimeoutError as exc:
+        raise UpstreamTimeout(
+            f"The upstream did not answer within {timeouts.first_byte:g} s"
+        ) from exc
+    finally:
+        exchange.upstream_wait += loop.time() - started
+    answer = Answer(response, API_FAMILIES[provider.api], ctx, timeouts, deadline)
+    if client_request.stream:
+        return await relay_stream(request, answer, exchange, {"X-Request-Id": exchange.request_id})
+    return await relay_whole(answer, exchange)

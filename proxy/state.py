@@ -1,0 +1,106 @@
+"""What lives on the application: the runtime of one configuration, and who observes requests.
+
+``Runtime`` is everything derived from one configuration; a reload builds a new one and swaps it
+in with one assignment, so a request sees one configuration from start to end. Circuit breakers
+are the one piece of state that outlives a reload: a deployment that is still configured the
+same keeps its breaker (its health does not change because a file did).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from aiohttp import web
+
+from proxy.auth import KeyRing
+from proxy.circuit import CircuitBreaker
+from proxy.config import Config, Deployment, Model, Routing
+from proxy.exchange import Exchange
+from proxy.upstream import Target, UpstreamClient, target_for
+
+# (model name, provider, upstream model): a deployment, as configured.
+DeploymentKey = tuple[str, str, str]
+
+
+class Observer:
+    """Sees requests and the proxy's own events (metrics, the access log); each hook is a
+    no-op here, so an observer implements only what it cares about."""
+
+    def started(self, exchange: Exchange) -> None:
+        """An API request arrived."""
+
+    def stream_started(self, exchange: Exchange) -> None:
+        """A stream's response headers are going out: it is in flight until ``finished``."""
+
+    def finished(self, exchange: Exchange) -> None:
+        """An API request ended, whatever the way."""
+
+    def circuit_changed(self, model: str, deployment: Deployment, state: str) -> None:
+        """A deployment's circuit breaker moved to ``state`` (closed, half_open, open)."""
+
+    def reloaded(self, ok: bool) -> None:
+        """A configuration reload was applied (``ok``) or refused."""
+
+
+def deployment_key(model: Model, deployment: Deployment) -> DeploymentKey:
+    return (model.name, deployment.provider, deployment.model)
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """Everything derived from one configuration."""
+
+    config: Config
+    keyring: KeyRing
+    targets: Mapping[str, Target]
+    breakers: Mapping[str, tuple[CircuitBreaker, ...]]  # per model, aligned with its deployments
+    loaded_at: int
+    rng: random.Random = field(default_factory=random.Random)
+
+    @classmethod
+    def from_config(cls, config: Config, previous: Runtime | None = None) -> Runtime:
+        targets = {name: target_for(provider) for name, provider in config.providers.items()}
+        kept: dict[DeploymentKey, CircuitBreaker] = {}
+        if previous is not None:
+            for name, model in previous.config.models.items():
+                for deployment, breaker in zip(
+                    model.deployments, previous.breakers[name], strict=True
+                ):
+                    kept[deployment_key(model, deployment)] = breaker
+        routing = config.routing
+        breakers = {
+            name: tuple(
+                _breaker(kept.get(deployment_key(model, deployment)), routing)
+                for deployment in model.deployments
+            )
+            for name, model in config.models.items()
+        }
+        rng = previous.rng if previous is not None else random.Random()
+        return cls(config, KeyRing(config.teams), targets, breakers, int(time.time()), rng)
+
+
+def _breaker(kept: CircuitBreaker | None, routing: Routing) -> CircuitBreaker:
+    """The deployment's breaker kept across a reload, unless its settings changed."""
+    if (
+        kept is not None
+        and kept.failure_threshold == routing.circuit_failures
+        and kept.cooldown == routing.circuit_cooldown
+    ):
+        return kept
+    return CircuitBreaker(routing.circuit_failures, routing.circuit_cooldown)
+
+
+@dataclass(slots=True)
+class State:
+    runtime: Runtime
+    observers: Sequence[Observer] = ()
+    client: UpstreamClient | None = None
+    ready: bool = False
+
+
+STATE: Final = web.AppKey("state", State)
+EXCHANGE: Final = web.RequestKey("exchange", Exchange)
