@@ -226,7 +226,7 @@ def test_arbitrary_whole_responses(endpoint: Endpoint) -> None:
 
 
 def _json_safe(value: Any) -> Any:
-    """Integers beyond 64 bits cannot be written by orjson: send them as the text an upstream would."""
+    """Integers beyond 64 bits cannot be written by orjson: send them as floats, as JSON allows."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
         return float(value)
     if isinstance(value, list):
