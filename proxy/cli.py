@@ -32,6 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--host", help="listen address (default: server.host)")
     serve_cmd.add_argument("--port", type=int, help="listen port (default: server.port)")
     serve_cmd.add_argument("--workers", type=int, help="worker processes (default: server.workers)")
+    serve_cmd.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="reload the configuration when the file changes (checked every 2 s, or SECONDS)",
+    )
 
     check = commands.add_parser(
         "check-config", help="validate a configuration and print its routes"
@@ -94,6 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.host or config.server.host,
         args.port if args.port is not None else config.server.port,
         workers,
+        args.watch,
     )
     return serve(listen)
 

@@ -3,6 +3,8 @@
 Workers share the listening port through SO_REUSEPORT, so the kernel spreads connections over
 them and no process hands sockets around. The parent only supervises: it starts the workers,
 restarts one that dies, and passes SIGTERM/SIGINT (drain and stop) and SIGHUP (reload) on.
+Each worker reloads its configuration by itself (``reload_config``); a worker started later
+reads the file as it is then.
 
 Metrics with several workers use prometheus_client's multiprocess mode: the parent makes a fresh
 directory for the run and names it in PROMETHEUS_MULTIPROC_DIR before it starts any worker, so
@@ -32,8 +34,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.access_log import AccessLog
-from proxy.app import STATE, Observer, build_app
+from proxy.app import STATE, Observer, Runtime, build_app
 from proxy.config import Config, load_config
+from proxy.errors import ConfigError
 from proxy.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
 
 log = logging.getLogger("proxy.server")
@@ -45,6 +48,7 @@ class Listen:
     host: str
     port: int
     workers: int
+    watch: float | None = None  # reload when the file changes, checking every this many seconds
 
 
 def run(loop_main: Callable[[], Any]) -> Any:
@@ -128,11 +132,70 @@ async def serve_worker(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, reload_config, app, listen.config_path)
+        if listen.watch is not None:
+            watcher = asyncio.create_task(_watch(app, listen.config_path, listen.watch))
+            stack.callback(watcher.cancel)
         try:
             await stop.wait()
         finally:
+            # Not ready from now on; the runner's cleanup (on leaving the stack) then closes the
+            # listener and gives requests in flight up to drain_seconds to finish.
             app[STATE].ready = False
-            log.info("worker %d draining", os.getpid())
+            loop.remove_signal_handler(signal.SIGHUP)
+            log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
+
+
+# Settings that belong to the listener or the process: a reload cannot change them.
+_RESTART_ONLY = ("server", "metrics", "access_log")
+
+
+def reload_config(app: web.Application, path: Path) -> bool:
+    """Load ``path`` and, if it is valid, serve every request from now on with it.
+
+    Requests in flight finish with the configuration they started with. An invalid file is
+    refused, its problems logged; the configuration in force stays.
+    """
+    state = app[STATE]
+    try:
+        config = load_config(path)
+    except ConfigError as error:
+        log.error("reload of %s refused, the configuration in force stays:", path)
+        for problem in error.problems:
+            log.error("  %s", problem)
+        ok = False
+    else:
+        previous = state.runtime.config
+        stale = [name for name in _RESTART_ONLY if getattr(config, name) != getattr(previous, name)]
+        if stale:
+            log.warning("reload: %s change only with a restart", ", ".join(stale))
+        state.runtime = Runtime.from_config(config, previous=state.runtime)
+        log.info("worker %d reloaded %s", os.getpid(), path)
+        ok = True
+    for observer in state.observers:
+        observer.reloaded(ok)
+    return ok
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    try:
+        # stat follows links: a Kubernetes ConfigMap volume swaps a symlink to publish a change.
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_ino, info.st_size)
+
+
+async def _watch(app: web.Application, path: Path, every: float) -> None:
+    """Reload when the file changes (``serve --watch``): polled, which works on every
+    filesystem and volume kind, at the cost of one stat per period."""
+    seen = _signature(path)
+    while True:
+        await asyncio.sleep(every)
+        current = _signature(path)
+        if current is not None and current != seen:
+            seen = current
+            reload_config(app, path)
 
 
 def _worker_main(listen: Listen, metrics_dir: str) -> None:
@@ -180,8 +243,14 @@ def _run_workers(
             if process.pid is not None and process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)
 
+    def on_reload(signum: int, frame: object) -> None:
+        for process in workers:
+            if process.pid is not None and process.is_alive():
+                os.kill(process.pid, signal.SIGHUP)
+
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_reload)
     workers.extend(start_worker() for _ in range(listen.workers))
     while not stopping:
         time.sleep(0.2)

@@ -18,10 +18,13 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from proxy.app import build_app
 from proxy.config import Config, parse_config
 from proxy.emulator import build_emulator_app
+from proxy.metrics import Exposition, metrics_routes
+from proxy.server import make_observers
 
 TEAM_KEY = "sk-test-research"
 SUPPORT_KEY = "sk-test-support"
@@ -108,23 +111,33 @@ def proxy_config(emulator_url: str, models: dict[str, Any], **extra: Any) -> dic
 class Servers:
     """The emulator (serving the test fixtures) and a proxy configured in front of it."""
 
-    def __init__(self, loop: LoopThread, recordings: Path) -> None:
+    def __init__(self, loop: LoopThread, recordings: Path, chunk_delay: float = 0.0) -> None:
         self.loop = loop
         self.emulator_port = free_port()
         self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
         self._runners: list[web.AppRunner] = []
-        self._runners.append(
-            loop.call(lambda: start_site(build_emulator_app(recordings), self.emulator_port))
-        )
+        emulator = build_emulator_app(recordings, chunk_delay=chunk_delay)
+        self._runners.append(loop.call(lambda: start_site(emulator, self.emulator_port)))
 
     def start_proxy(self, models: dict[str, Any], **extra: Any) -> tuple[str, Config]:
         """Start a proxy for ``models``; returns its base URL (…/v1) and its configuration."""
+        url, config, _ = self.start_app(models, **extra)
+        return url, config
+
+    def start_app(
+        self, models: dict[str, Any], *, metrics: bool = False, **extra: Any
+    ) -> tuple[str, Config, web.Application]:
+        """Start a proxy; with ``metrics``, its metrics on a registry of its own at /metrics."""
         config = parse_config(
             yaml.safe_load(yaml.safe_dump(proxy_config(self.emulator_url, models, **extra))), {}
         )
+        registry = CollectorRegistry()
+        observers = make_observers(config, registry) if metrics else []
+        routes = metrics_routes(Exposition(registry)) if metrics else []
+        app = build_app(config, observers=observers, extra_routes=routes)
         port = free_port()
-        self._runners.append(self.loop.call(lambda: start_site(build_app(config), port)))
-        return f"http://127.0.0.1:{port}/v1", config
+        self._runners.append(self.loop.call(lambda: start_site(app, port)))
+        return f"http://127.0.0.1:{port}/v1", config, app
 
     def close(self) -> None:
         for runner in reversed(self._runners):
@@ -132,9 +145,9 @@ class Servers:
 
 
 @contextmanager
-def running_servers(recordings: Path) -> Iterator[Servers]:
+def running_servers(recordings: Path, chunk_delay: float = 0.0) -> Iterator[Servers]:
     loop = LoopThread()
-    servers = Servers(loop, recordings)
+    servers = Servers(loop, recordings, chunk_delay)
     try:
         yield servers
     finally:
