@@ -45,9 +45,11 @@ async def upstream_models(servers: Servers) -> list[str]:
 
 
 async def metric(url: str, name: str, **labels: str) -> float:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url.removesuffix("/v1") + "/metrics") as response:
-            text = await response.text()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url.removesuffix("/v1") + "/metrics") as response,
+    ):
+        text = await response.text()
     total = 0.0
     for line in text.splitlines():
         if not line.startswith(name + "{") and not line.startswith(name + " "):
