@@ -1,0 +1,62 @@
+# llm-proxy: the gateway as a container image.
+#
+#   docker build -t llm-proxy .
+#   docker run --rm -p 8080:8080 -p 9090:9090 --env-file keys.env llm-proxy
+#
+# The image runs `llm-proxy serve --config /etc/llm-proxy/proxy.yaml` as an unprivileged user.
+# The baked config is deploy/kubernetes/proxy.yaml (keys from the environment); mount a directory
+# of your own over /etc/llm-proxy to replace it. LLM_PROXY_WORKERS sets the worker processes.
+# README.md ("Deployment") has the details.
+
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+# --- build: the project and its runtime dependencies, installed into a virtualenv ---------------
+FROM ${PYTHON_IMAGE} AS build
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+WORKDIR /src
+# A virtualenv without pip: the base image's pip installs into it, so the final image carries
+# the project and what it imports at run time, and no installer.
+RUN python -m venv --without-pip /opt/llm-proxy
+COPY pyproject.toml README.md ./
+COPY proxy ./proxy
+# proxy/demo.yaml is a link to config/demo.yaml: without its target the package would lose it.
+COPY config/demo.yaml ./config/demo.yaml
+# Not editable, so the virtualenv stands alone; pip compiles the bytecode now, because the
+# container's root filesystem is read-only at run time.
+RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile .
+
+# --- runtime ------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+
+# A fixed numeric uid, so that Kubernetes' runAsNonRoot can check it and runAsUser can name it.
+RUN groupadd --system --gid 10001 llm-proxy \
+    && useradd --system --uid 10001 --gid llm-proxy --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin llm-proxy
+
+COPY --from=build /opt/llm-proxy /opt/llm-proxy
+COPY deploy/kubernetes/proxy.yaml /etc/llm-proxy/proxy.yaml
+
+ENV PATH=/opt/llm-proxy/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    LLM_PROXY_WORKERS=2
+
+USER 10001:10001
+WORKDIR /tmp
+# 8080: the API, /healthz and /readyz; 9090: /metrics (metrics.port of the baked config).
+EXPOSE 8080 9090
+# SIGTERM drains: each worker stops accepting and gives requests in flight up to
+# server.drain_seconds. Allow more than that before a kill (docker stop -t, compose
+# stop_grace_period, Kubernetes terminationGracePeriodSeconds).
+STOPSIGNAL SIGTERM
+# The slim image has no curl: Python asks /healthz (200 while the process is alive).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2)"]
+
+# Exec form: llm-proxy is PID 1 and gets SIGTERM itself (no shell in between to swallow it).
+ENTRYPOINT ["llm-proxy", "serve"]
+CMD ["--config", "/etc/llm-proxy/proxy.yaml"]
