@@ -90,6 +90,9 @@ class Server:
     max_body_bytes: int = 16 * 1024 * 1024
     read_timeout: float = 30.0
     drain_seconds: float = 30.0
+    # After SIGTERM: keep serving, /readyz answering 503, for this long before the listener
+    # closes, so that load balancers see the worker leave before connections are refused.
+    shutdown_delay: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +213,9 @@ def _parse_server(ck: _Checker, raw: object) -> Server:
         ),
         read_timeout=ck.optional(node, "read_timeout", "server", _positive, d.read_timeout),
         drain_seconds=ck.optional(node, "drain_seconds", "server", _non_negative, d.drain_seconds),
+        shutdown_delay=ck.optional(
+            node, "shutdown_delay", "server", _non_negative, d.shutdown_delay
+        ),
     )
 
 

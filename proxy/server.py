@@ -143,7 +143,11 @@ async def serve_worker(
             # listener and gives requests in flight up to drain_seconds to finish.
             app[STATE].ready = False
             loop.remove_signal_handler(signal.SIGHUP)
-            log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
+        delay = app[STATE].runtime.config.server.shutdown_delay
+        if delay:
+            log.info("worker %d not ready; closing its listener in %g s", os.getpid(), delay)
+            await asyncio.sleep(delay)
+        log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
 
 
 # Settings that belong to the listener or the process: a reload cannot change them.

@@ -89,7 +89,7 @@ BAD = [
     ("server: {prot: 8080}\n" + doc(), ["server.prot: unknown key"]),
     (
         "server: {host: '', port: 0, workers: 0, max_body_bytes: -1, read_timeout: 0,"
-        " drain_seconds: -1}\n" + doc(),
+        " drain_seconds: -1, shutdown_delay: -2}\n" + doc(),
         [
             "server.host: must be a non-empty string",
             "server.port: must be an integer from 1 to 65535",
@@ -97,6 +97,7 @@ BAD = [
             "server.max_body_bytes: must be a positive integer",
             "server.read_timeout: must be a positive number",
             "server.drain_seconds: must be a number >= 0",
+            "server.shutdown_delay: must be a number >= 0",
         ],
     ),
     # --- metrics

@@ -244,3 +244,17 @@ def test_watch_reloads_when_the_file_changes(paced: Servers, tmp_path: Path) -> 
         time.sleep(0.05)  # a different mtime even on coarse clocks
         write_config(config, paced.emulator_url, {"first": "friendli", "second": "openai"})
         wait_for(lambda: models_of(served.port) == {"first", "second"}, "the watched reload", 10)
+
+
+def test_shutdown_delay_keeps_serving_not_ready_before_the_listener_closes(
+    paced: Servers, tmp_path: Path
+) -> None:
+    config = tmp_path / "proxy.yaml"
+    write_config(config, paced.emulator_url, {"first": "friendli"}, shutdown_delay=1.5)
+    with serve(config, tmp_path) as served:
+        served.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: get(served.port, "/readyz")[0] == 503, "/readyz to turn 503", 5)
+        assert get(served.port, "/healthz")[0] == 200  # alive, and still answering
+        assert models_of(served.port) == {"first"}
+        wait_for(lambda: refuses_connections(served.port), "the listener to close", 5)
+        assert served.process.wait(15) == 0
