@@ -76,6 +76,21 @@ def make_observers(config: Config, registry: CollectorRegistry | None = None) ->
     return observers
 
 
+def app_runner(app: web.Application, config: Config) -> web.AppRunner:
+    """The runner of the proxy's listener, with the server-side limits of ``config.server``."""
+    return web.AppRunner(
+        app,
+        # A client that goes away cancels its handler, which closes the upstream request.
+        handler_cancellation=True,
+        access_log=None,  # ours is proxy.access_log, one JSON line per API request
+        shutdown_timeout=config.server.drain_seconds,
+        # aiohttp closes a connection that has not sent a whole request (its headers) within
+        # the keep-alive timeout, from the moment it opens: this bounds a slow client's headers
+        # as read_timeout bounds its body, and idle keep-alive connections alike.
+        keepalive_timeout=config.server.read_timeout,
+    )
+
+
 async def serve_worker(
     listen: Listen,
     *,
@@ -113,12 +128,7 @@ async def serve_worker(
                 metrics.host,
                 metrics.port,
             )
-        runner = web.AppRunner(
-            app,
-            handler_cancellation=True,
-            access_log=None,
-            shutdown_timeout=config.server.drain_seconds,
-        )
+        runner = app_runner(app, config)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(

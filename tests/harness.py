@@ -24,7 +24,7 @@ from proxy.app import build_app
 from proxy.config import Config, parse_config
 from proxy.emulator import build_emulator_app
 from proxy.metrics import Exposition, metrics_routes
-from proxy.server import make_observers
+from proxy.server import app_runner, make_observers
 
 TEAM_KEY = "sk-test-research"
 SUPPORT_KEY = "sk-test-support"
@@ -59,8 +59,14 @@ async def _await(factory: Callable[[], Awaitable[Any]]) -> Any:
     return await factory()
 
 
-async def start_site(app: web.Application, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5)
+async def start_site(
+    app: web.Application, port: int, config: Config | None = None
+) -> web.AppRunner:
+    """Serve ``app`` on loopback: as ``llm-proxy serve`` does for a proxy (its ``config``)."""
+    if config is not None:
+        runner = app_runner(app, config)
+    else:
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return runner
@@ -136,7 +142,7 @@ class Servers:
         routes = metrics_routes(Exposition(registry)) if metrics else []
         app = build_app(config, observers=observers, extra_routes=routes)
         port = free_port()
-        self._runners.append(self.loop.call(lambda: start_site(app, port)))
+        self._runners.append(self.loop.call(lambda: start_site(app, port, config)))
         return f"http://127.0.0.1:{port}/v1", config, app
 
     def close(self) -> None:

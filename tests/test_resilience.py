@@ -286,6 +286,22 @@ async def test_a_slow_client_gets_a_timeout_not_a_worker(fresh: Servers) -> None
     assert b"request_timeout" in answer
 
 
+async def test_a_slow_client_cannot_hold_a_connection_with_its_headers(fresh: Servers) -> None:
+    url, _ = fresh.start_proxy(
+        {"m": {"provider": "emu", "model": "openai"}}, server={"read_timeout": 0.5}
+    )
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def trickle() -> float:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            started = time.monotonic()
+            assert sock.recv(1024) == b""  # closed by the server, headers never finished
+            return time.monotonic() - started
+
+    assert await asyncio.to_thread(trickle) < 5
+
+
 def _process_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
