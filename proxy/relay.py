@@ -26,7 +26,7 @@ from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.sse import Event, SSEDecoder
-from proxy.upstream import mapped_errors, read_whole
+from proxy.upstream import TRANSPORT_ERRORS, mapped_errors, read_whole, upstream_error_for
 
 log = logging.getLogger("proxy.relay")
 
@@ -123,55 +123,97 @@ async def _pump(
     loop = asyncio.get_running_loop()
     decoder = SSEDecoder()
     response: web.StreamResponse | None = None
-    content = answer.response.content
+    read = answer.response.content.readany
     timeouts = answer.timeouts
+    deadline = answer.deadline
     wait = timeouts.first_byte
-    while not normalizer.ended:
-        frames: list[bytes] = []
-        started = loop.time()
-        try:
-            async with asyncio.timeout_at(min(started + wait, answer.deadline)):
-                with mapped_errors("stream"):
-                    data = await content.readany()
-            events = decoder.feed(data) if data else decoder.close()
-            frames = _feed(normalizer, events, not data)
-        except TimeoutError:
-            gap = "first byte" if response is None else "idle"
-            seconds = timeouts.first_byte if response is None else timeouts.idle
-            if loop.time() >= answer.deadline:
-                gap, seconds = "total", timeouts.total
-            timeout = UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
-            frames = normalizer.fail(timeout)
-        except UpstreamError as exc:
-            frames = normalizer.fail(exc)
-        finally:
-            exchange.upstream_wait += loop.time() - started
-        wait = timeouts.idle
-        if not frames:
-            continue
-        if response is None:
-            if normalizer.error is not None and len(frames) == 1:
-                # The failure is all there is to say, and nothing was sent: an HTTP error.
-                raise normalizer.error
-            response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
-            exchange.status = 200
-            await response.prepare(request)
-            exchange.first_token_at = loop.time()
-        if normalizer.error is not None:
-            _failed_after_first_byte(exchange, normalizer.error)
-        started = loop.time()
-        try:
-            async with asyncio.timeout_at(started + timeouts.idle):
+    # One timeout scope for the whole stream, moved before every wait (cheaper per event than a
+    # scope per read); ``waiting`` says what the wait was for when it fires.
+    waiting = "upstream"
+    try:
+        async with asyncio.timeout(None) as scope:
+            while not normalizer.ended:
+                started = loop.time()
+                scope.reschedule(min(started + wait, deadline))
+                waiting = "upstream"
+                try:
+                    data = await read()
+                    events = decoder.feed(data) if data else decoder.close()
+                except TRANSPORT_ERRORS as exc:
+                    frames = normalizer.fail(upstream_error_for(exc, "stream"))
+                except UpstreamError as exc:  # an event over the size bound
+                    frames = normalizer.fail(exc)
+                else:
+                    frames = _feed(normalizer, events, not data)
+                now = loop.time()
+                exchange.upstream_wait += now - started
+                wait = timeouts.idle
+                if not frames:
+                    continue
+                if response is None:
+                    if normalizer.error is not None and len(frames) == 1:
+                        # The failure is all there is to say, and nothing was sent: an HTTP error.
+                        raise normalizer.error
+                    response = web.StreamResponse(
+                        status=200, headers={**_STREAM_HEADERS, **headers}
+                    )
+                    exchange.status = 200
+                    await response.prepare(request)
+                    exchange.first_token_at = loop.time()
+                if normalizer.error is not None:
+                    _failed_after_first_byte(exchange, normalizer.error)
+                scope.reschedule(now + timeouts.idle)
+                waiting = "client"
                 await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
-        except (ConnectionResetError, TimeoutError):
-            # The client went away or stopped reading: nothing more can reach it.
+                exchange.client_wait += loop.time() - now
+            scope.reschedule(loop.time() + timeouts.idle)
+            waiting = "client"
+            assert response is not None  # the loop ends once the normalizer has said its last
+            await response.write_eof()
+    except TimeoutError:
+        if waiting == "client" or (response is not None and normalizer.ended):
+            # The client stopped reading: nothing more can reach it.
             exchange.client_disconnected = True
-            return response
-        finally:
-            exchange.client_wait += loop.time() - started
-    assert response is not None  # the loop ends only once the normalizer has said its last
-    await response.write_eof()
+        else:
+            await _upstream_timed_out(request, answer, normalizer, exchange, response, headers)
+    except ConnectionResetError:
+        exchange.client_disconnected = True  # the client went away
+    if response is None:  # a failure before the first byte, told as an HTTP error
+        assert normalizer.error is not None
+        raise normalizer.error
     return response
+
+
+async def _upstream_timed_out(
+    request: web.Request,
+    answer: Answer,
+    normalizer: StreamNormalizer,
+    exchange: Exchange,
+    response: web.StreamResponse | None,
+    headers: dict[str, str],
+) -> None:
+    """The upstream went quiet for longer than allowed: one error event, if anything was sent."""
+    timeouts = answer.timeouts
+    loop = asyncio.get_running_loop()
+    if loop.time() >= answer.deadline:
+        gap, seconds = "total", timeouts.total
+    elif response is None:
+        gap, seconds = "first byte", timeouts.first_byte
+    else:
+        gap, seconds = "idle", timeouts.idle
+    frames = normalizer.fail(
+        UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
+    )
+    if response is None:
+        return
+    assert normalizer.error is not None
+    _failed_after_first_byte(exchange, normalizer.error)
+    try:
+        async with asyncio.timeout(timeouts.idle):
+            await response.write(frames[0])
+            await response.write_eof()
+    except (ConnectionResetError, TimeoutError):
+        exchange.client_disconnected = True
 
 
 def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:

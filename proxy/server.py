@@ -102,6 +102,7 @@ async def serve_worker(
 
     ``metrics_dir`` is the run's multiprocess directory when this is one of several workers.
     """
+    loaded = _signature(listen.config_path)
     config = load_config(listen.config_path)
     metrics = config.metrics
     registry = CollectorRegistry()
@@ -143,6 +144,9 @@ async def serve_worker(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         loop.add_signal_handler(signal.SIGHUP, reload_config, app, listen.config_path)
+        if _signature(listen.config_path) != loaded:
+            # Changed while this worker started: a SIGHUP sent then found no handler.
+            reload_config(app, listen.config_path)
         if listen.watch is not None:
             watcher = asyncio.create_task(_watch(app, listen.config_path, listen.watch))
             stack.callback(watcher.cancel)
@@ -213,6 +217,9 @@ async def _watch(app: web.Application, path: Path, every: float) -> None:
 
 
 def _worker_main(listen: Listen, metrics_dir: str) -> None:
+    # Until serve_worker installs its handler, a reload signal must not end the worker (its
+    # default action); serve_worker then reloads if the file changed meanwhile.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         run(lambda: serve_worker(listen, reuse_port=True, metrics_dir=metrics_dir))

@@ -68,32 +68,35 @@ def upstream_path(dialect: str, endpoint: Endpoint) -> str | None:
     return _PATHS.get((dialect, endpoint))
 
 
+# What can come out of talking to a provider, for callers that catch it themselves on a hot path.
+TRANSPORT_ERRORS: Final = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+def upstream_error_for(exc: BaseException, phase: str) -> UpstreamError:
+    """The error of this tree for what aiohttp or asyncio raised while talking to a provider:
+    the one translation of foreign exceptions (``mapped_errors`` and the relay use it)."""
+    if isinstance(exc, UpstreamError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return UpstreamTimeout(f"The upstream did not answer in time ({phase})")
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ServerDisconnectedError):
+        return UpstreamConnectError(f"Could not reach the upstream ({phase}): {type(exc).__name__}")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return UpstreamConnectError(f"The upstream connection broke ({phase})")
+    if isinstance(exc, aiohttp.ClientOSError | ConnectionError | OSError):
+        return UpstreamConnectError(f"The upstream connection failed ({phase})")
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return UpstreamProtocolError(f"The upstream sent an invalid HTTP response ({phase})")
+    return UpstreamProtocolError(f"Talking to the upstream failed ({phase}): {type(exc).__name__}")
+
+
 @contextmanager
-def mapped_errors(phase: str, timeout_s: float | None = None) -> Iterator[None]:
+def mapped_errors(phase: str) -> Iterator[None]:
     """Translate what aiohttp and asyncio raise while talking to a provider."""
     try:
         yield
-    except UpstreamError:
-        raise
-    except TimeoutError as exc:
-        after = f" within {timeout_s:g} s" if timeout_s is not None else ""
-        raise UpstreamTimeout(f"The upstream did not answer{after} ({phase})") from exc
-    except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-        raise UpstreamConnectError(
-            f"Could not reach the upstream ({phase}): {type(exc).__name__}"
-        ) from exc
-    except aiohttp.ClientPayloadError as exc:
-        raise UpstreamConnectError(f"The upstream connection broke ({phase})") from exc
-    except (aiohttp.ClientOSError, ConnectionError) as exc:
-        raise UpstreamConnectError(f"The upstream connection failed ({phase})") from exc
-    except aiohttp.ClientResponseError as exc:
-        raise UpstreamProtocolError(
-            f"The upstream sent an invalid HTTP response ({phase})"
-        ) from exc
-    except aiohttp.ClientError as exc:
-        raise UpstreamProtocolError(
-            f"Talking to the upstream failed ({phase}): {type(exc).__name__}"
-        ) from exc
+    except TRANSPORT_ERRORS as exc:
+        raise upstream_error_for(exc, phase) from exc
 
 
 def _scrub(message: str, target: Target) -> str:

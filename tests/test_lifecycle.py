@@ -110,8 +110,11 @@ def serve(config: Path, tmp_path: Path, *args: str) -> Iterator[Served]:
             stderr=subprocess.STDOUT,
         )
     served = Served(process, port, log)
+    workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
     try:
         wait_for(lambda: get(port, "/readyz")[0] == 200, "the proxy to be ready")
+        # Every worker, not only the one that answered: each logs when it listens.
+        wait_for(lambda: served.log_text().count(" listening on ") >= workers, "every worker")
         yield served
     finally:
         if process.poll() is None:
