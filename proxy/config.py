@@ -32,9 +32,11 @@ from urllib.parse import urlsplit
 import yaml
 
 from proxy.errors import ConfigError
+from proxy.normalize.legacy import DIALECTS as LEGACY_DIALECTS
 
 APIS = frozenset({"openai"})
-DIALECTS = frozenset({"openai", "friendli-2024", "maritaca-inference"})
+# The event shapes the normalizer can read (proxy.normalize.legacy is their one list).
+DIALECTS = frozenset(LEGACY_DIALECTS)
 _NO_STRINGS: Mapping[str, str] = MappingProxyType({})
 
 
