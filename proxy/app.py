@@ -104,7 +104,7 @@ async def exchange_middleware(
         response = _failed(exchange, ProxyError("The proxy failed to handle the request"))
     else:
         # Before the observers run: they count the request under the status it was answered with.
-        if not exchange.status:
+        if not exchange.status and not exchange.client_disconnected:
             exchange.status = response.status
     finally:
         exchange.ended = loop.time()

@@ -157,8 +157,8 @@ async def _pump(
                     response = web.StreamResponse(
                         status=200, headers={**_STREAM_HEADERS, **headers}
                     )
-                    exchange.status = 200
                     await response.prepare(request)
+                    exchange.status = 200
                     exchange.first_token_at = loop.time()
                 if normalizer.error is not None:
                     _failed_after_first_byte(exchange, normalizer.error)
@@ -263,10 +263,10 @@ async def _whole_as_stream(
     whole = await relay_whole(answer, exchange)
     assert isinstance(whole.body, bytes)
     response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
-    exchange.status = 200
-    await response.prepare(request)
-    exchange.first_token_at = asyncio.get_running_loop().time()
     try:
+        await response.prepare(request)
+        exchange.status = 200
+        exchange.first_token_at = asyncio.get_running_loop().time()
         await response.write(b"".join(frames_from_response(whole.body, answer.ctx)))
         await response.write_eof()
     except ConnectionResetError:
