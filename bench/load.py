@@ -1,0 +1,191 @@
+"""The load of each profile: wrk for request rates and latencies, bench/streams.py for the
+concurrent slow streams, and one checked request before either."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateways import Gateway
+
+BENCH = Path(__file__).resolve().parent
+WRK_SCRIPT = BENCH / "post.lua"
+STREAM_CLIENT = BENCH / "streams.py"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    kind: str  # plain, stream or slow: which canned answer (bench/canned.py)
+    connections: int
+    title: str
+
+
+PROFILES = {
+    p.name: p
+    for p in (
+        Profile("plain-1", "plain", 1, "non-streamed, 1 connection"),
+        Profile("plain-64", "plain", 64, "non-streamed, 64 connections"),
+        Profile("stream-16", "stream", 16, "53-event streams, 16 connections"),
+        Profile(
+            "slow-1000",
+            "slow",
+            1000,
+            "1,000 concurrent slow streams (53 events, one every 50 ms)",
+        ),
+        Profile("soak", "plain", 64, "RSS growth over 200,000 non-streamed requests (ours only)"),
+    )
+}
+
+
+@dataclass
+class Outcome:
+    """What one profile measured on one gateway; latencies in ms (TTFT for slow streams)."""
+
+    rate: float | None = None  # requests or streams per second
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    requests: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
+    failed: str | None = None  # why nothing could be measured
+
+
+def check_request(gateway: Gateway, kind: str, timeout: float = 30.0) -> str | None:
+    """Send one request of ``kind``; None if its answer is right, else what is wrong."""
+    request = urllib.request.Request(
+        gateway.urls[kind],
+        data=gateway.body(kind).encode(),
+        headers={"Content-Type": "application/json"}
+        | ({"Authorization": f"Bearer {gateway.key}"} if gateway.key else {}),
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return f"status {exc.code}: {exc.read()[:300]!r}"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if status != 200:
+        return f"status {status}"
+    if kind == "plain":
+        try:
+            if not json.loads(body)["choices"][0]["message"]["content"]:
+                return "no content"
+        except (ValueError, KeyError, IndexError, TypeError):
+            return f"not a chat completion: {body[:300]!r}"
+        return None
+    if not body.rstrip().endswith(b"data: [DONE]"):
+        return f"stream without [DONE]: ...{body[-300:]!r}"
+    return None
+
+
+def stream_events(gateway: Gateway, kind: str) -> int:
+    """How many ``data:`` events the gateway sends for one stream of ``kind``."""
+    request = urllib.request.Request(
+        gateway.urls[kind],
+        data=gateway.body(kind).encode(),
+        headers={"Content-Type": "application/json"}
+        | ({"Authorization": f"Bearer {gateway.key}"} if gateway.key else {}),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.read().count(b"data:")
+
+
+def _run_client(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run a load generator; returns it and the CPU it used, in % of one core."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return done, 100 * cpu / max(1e-9, time.monotonic() - started)
+
+
+def run_wrk(gateway: Gateway, profile: Profile, seconds: int) -> Outcome:
+    argv = [
+        "wrk",
+        "-t1",
+        f"-c{profile.connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        "30s",
+        "-s",
+        str(WRK_SCRIPT),
+        gateway.urls[profile.kind],
+        "--",
+        gateway.body(profile.kind),
+        gateway.key,
+    ]
+    try:
+        done, client_cpu = _run_client(argv, seconds + 60)
+    except subprocess.TimeoutExpired:
+        return Outcome(failed="wrk did not finish in time")
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("BENCH ")), None)
+    if line is None:
+        return Outcome(failed=f"wrk failed: {done.stdout[-300:]} {done.stderr[-300:]}")
+    summary = json.loads(line[len("BENCH ") :])
+    errors = {
+        name: summary[name] for name in ("connect", "read", "write", "timeout") if summary[name]
+    }
+    if summary["status"]:
+        errors["non-2xx/3xx"] = summary["status"]
+    seconds_run = summary["duration_us"] / 1e6
+    return Outcome(
+        rate=summary["requests"] / seconds_run if seconds_run else None,
+        p50_ms=summary["p50_us"] / 1e3,
+        p99_ms=summary["p99_us"] / 1e3,
+        requests=summary["requests"],
+        errors=errors,
+        extra={
+            "p90_ms": summary["p90_us"] / 1e3,
+            "max_ms": summary["max_us"] / 1e3,
+            "client_cpu_pct": round(client_cpu),
+        },
+    )
+
+
+def run_streams(gateway: Gateway, profile: Profile, seconds: int, timeout: float) -> Outcome:
+    argv = [
+        sys.executable,
+        str(STREAM_CLIENT),
+        gateway.urls[profile.kind],
+        gateway.body(profile.kind),
+        "--key",
+        gateway.key,
+        "--concurrency",
+        str(profile.connections),
+        "--duration",
+        str(seconds),
+        "--timeout",
+        str(timeout),
+    ]
+    try:
+        done, client_cpu = _run_client(argv, seconds + timeout + 60)
+    except subprocess.TimeoutExpired:
+        return Outcome(failed="the stream client did not finish in time")
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("BENCH ")), None)
+    if line is None:
+        return Outcome(failed=f"the stream client failed: {done.stderr[-500:]}")
+    result = json.loads(line[len("BENCH ") :])
+    result["client_cpu_pct"] = round(client_cpu)
+    errors = dict(result["failures"])
+    if result["cut_off"]:
+        errors["cut off at the time limit"] = result["cut_off"]
+    return Outcome(
+        rate=result["streams_per_s"],
+        p50_ms=result["ttft_p50_ms"],
+        p99_ms=result["ttft_p99_ms"],
+        requests=result["streams"],
+        errors=errors,
+        extra=result,
+    )

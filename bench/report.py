@@ -1,0 +1,182 @@
+"""The printed report of bench/run.py: one table per profile, ours/peer ratios, the targets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from load import PROFILES, Outcome
+
+
+@dataclass
+class Row:
+    gateway: str
+    outcome: Outcome
+    total_mb: float | None = None
+    worker_mb: float | None = None
+    cpu_pct: float | None = None
+    foreign_pct: float | None = None
+
+
+Results = dict[str, dict[str, Row]]  # profile -> gateway -> row
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _errors(outcome: Outcome) -> str:
+    if outcome.failed:
+        return "FAILED: " + outcome.failed
+    return ", ".join(f"{k}: {v}" for k, v in outcome.errors.items()) or "none"
+
+
+def profile_table(name: str, rows: dict[str, Row]) -> list[str]:
+    profile = PROFILES[name]
+    slow = profile.kind == "slow"
+    unit = "streams/s" if profile.kind != "plain" else "req/s"
+    lat = "TTFT " if slow else ""
+    head = (
+        f"{'':<11}{unit:>10}{lat + 'p50 ms':>13}{lat + 'p99 ms':>13}{'+p50 ms':>11}"
+        f"{'x direct':>9}{'RSS MB':>8}{'/worker':>8}{'CPU %':>7}{'load %':>7}{'other %':>8}"
+    )
+    if slow:
+        head += "  complete"
+    lines = [f"{name}: {profile.title}", head]
+    direct = rows.get("direct")
+    for gateway, row in rows.items():
+        o = row.outcome
+        ratio = added = None
+        if direct and direct.outcome.rate and o.rate is not None and gateway != "direct":
+            ratio = o.rate / direct.outcome.rate
+        if direct and direct.outcome.p50_ms is not None and o.p50_ms is not None:
+            added = o.p50_ms - direct.outcome.p50_ms if gateway != "direct" else None
+        line = (
+            f"{gateway:<11}{_num(o.rate):>10}{_num(o.p50_ms, 2):>13}{_num(o.p99_ms, 2):>13}"
+            f"{_num(added, 2):>11}{_num(ratio, 3):>9}{_num(row.total_mb, 0):>8}"
+            f"{_num(row.worker_mb, 0):>8}{_num(row.cpu_pct, 0):>7}"
+            f"{o.extra.get('client_cpu_pct', '-'):>7}{_num(row.foreign_pct, 0):>8}"
+        )
+        if slow:
+            line += f"  {o.extra.get('completed', 0)}/{o.requests}"
+        lines.append(line)
+    for gateway, row in rows.items():
+        errors = _errors(row.outcome)
+        if errors != "none":
+            lines.append(f"  {gateway} errors: {errors}")
+    return lines
+
+
+def ratio_lines(results: Results, peers: list[str]) -> list[str]:
+    lines = []
+    for peer in peers:
+        parts = []
+        for name, rows in results.items():
+            ours, theirs = rows.get("ours"), rows.get(peer)
+            if not ours or not theirs or name == "soak":
+                continue
+            a, b = ours.outcome, theirs.outcome
+            rate = a.rate / b.rate if a.rate and b.rate else None
+            p50 = a.p50_ms / b.p50_ms if a.p50_ms and b.p50_ms else None
+            mem = ours.total_mb / theirs.total_mb if ours.total_mb and theirs.total_mb else None
+            parts.append(
+                f"  {name:<10} throughput {_num(rate, 2):>7}x   p50 {_num(p50, 3):>7}x"
+                f"   RSS {_num(mem, 2):>6}x"
+            )
+        if parts:
+            lines.append(f"ours/{peer}:")
+            lines.extend(parts)
+    return lines
+
+
+@dataclass(frozen=True)
+class Target:
+    text: str
+    check: Callable[[Results], tuple[bool, str] | None]  # None: not measured in this run
+
+
+def _outcome(results: Results, profile: str, gateway: str) -> Outcome | None:
+    row = results.get(profile, {}).get(gateway)
+    return None if row is None or row.outcome.failed else row.outcome
+
+
+def _rate_ratio(profile: str, peer: str, at_least: float) -> Target:
+    def check(results: Results) -> tuple[bool, str] | None:
+        ours, theirs = _outcome(results, profile, "ours"), _outcome(results, profile, peer)
+        if ours is None or theirs is None or not ours.rate or not theirs.rate:
+            return None
+        ratio = ours.rate / theirs.rate
+        return ratio >= at_least, f"{ratio:.2f}x ({ours.rate:,.0f} vs {theirs.rate:,.1f}/s)"
+
+    noun = "streams/s" if profile.startswith("stream") else "throughput"
+    return Target(f"{profile}: ours >= {at_least:g}x {peer}'s {noun}", check)
+
+
+def _added_p50(results: Results) -> tuple[bool, str] | None:
+    ours, direct = _outcome(results, "plain-1", "ours"), _outcome(results, "plain-1", "direct")
+    if ours is None or direct is None or ours.p50_ms is None or direct.p50_ms is None:
+        return None
+    added = ours.p50_ms - direct.p50_ms
+    return added <= 0.5, f"+{added:.3f} ms ({ours.p50_ms:.3f} vs {direct.p50_ms:.3f} ms)"
+
+
+def _slow_complete(results: Results) -> tuple[bool, str] | None:
+    ours = _outcome(results, "slow-1000", "ours")
+    if ours is None:
+        return None
+    completed = int(str(ours.extra.get("completed", 0)))
+    return completed == ours.requests and not ours.errors, f"{completed}/{ours.requests}"
+
+
+def _slow_ttft(results: Results) -> tuple[bool, str] | None:
+    ours, direct = _outcome(results, "slow-1000", "ours"), _outcome(results, "slow-1000", "direct")
+    if ours is None or direct is None or ours.p99_ms is None or direct.p99_ms is None:
+        return None
+    added = ours.p99_ms - direct.p99_ms
+    return added <= 5, f"+{added:.2f} ms ({ours.p99_ms:.2f} vs {direct.p99_ms:.2f} ms)"
+
+
+def _slow_rss(results: Results) -> tuple[bool, str] | None:
+    row = results.get("slow-1000", {}).get("ours")
+    if row is None or row.worker_mb is None:
+        return None
+    return row.worker_mb < 150, f"{row.worker_mb:.0f} MB peak in one worker"
+
+
+def _soak(results: Results) -> tuple[bool, str] | None:
+    ours = _outcome(results, "soak", "ours")
+    if ours is None or "growth_pct" not in ours.extra:
+        return None
+    growth = float(str(ours.extra["growth_pct"]))
+    total = int(str(ours.extra["requests_total"]))
+    text = (
+        f"{growth:+.1f}% (workers {ours.extra['rss_start_mb']} -> {ours.extra['rss_end_mb']} MB"
+        f" over {total:,} requests)"
+    )
+    if total < 200_000:
+        text += f"; only {total:,} of 200,000 requests within the time limit"
+    return growth <= 10 and total >= 200_000, text
+
+
+TARGETS = [
+    _rate_ratio("plain-64", "tensorzero", 1.5),
+    _rate_ratio("plain-64", "litellm", 50),
+    _rate_ratio("stream-16", "tensorzero", 3),
+    Target("plain-1: ours adds <= 0.5 ms to the direct p50", _added_p50),
+    Target("slow-1000: every stream completes", _slow_complete),
+    Target("slow-1000: ours adds <= 5 ms to the direct TTFT p99", _slow_ttft),
+    Target("slow-1000: RSS < 150 MB per worker", _slow_rss),
+    Target("soak: RSS grows <= 10% over 200,000 requests", _soak),
+]
+
+
+def target_lines(results: Results) -> list[str]:
+    lines = ["targets (issue 6):"]
+    for target in TARGETS:
+        verdict = target.check(results)
+        if verdict is None:
+            lines.append(f"  ----  {target.text}: not measured in this run")
+        else:
+            ok, text = verdict
+            lines.append(f"  {'PASS' if ok else 'MISS'}  {target.text}: {text}")
+    return lines
