@@ -118,7 +118,6 @@ async def exchange_middleware(
 def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
     exchange.failure = exc
     exchange.status = exc.http_status
-    exchange.error_type = exc.error_type
     if isinstance(exc, UpstreamError):
         exchange.upstream_error = exc.kind
     headers = None

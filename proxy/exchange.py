@@ -24,7 +24,6 @@ class Exchange:
     provider: str = NO_PROVIDER
     stream: bool = False
     status: int = 0  # the HTTP status sent; 200 for a stream that later ended in an error event
-    error_type: str | None = None  # the OpenAI error type the client saw, if any
     # The kind of upstream failure the request ended with: connect, timeout, status, protocol.
     upstream_error: str | None = None
     failure: ProxyError | None = None  # what it failed with, before or after its first byte
@@ -37,6 +36,11 @@ class Exchange:
     first_token_at: float | None = None  # loop.time() of the first content byte sent
     ended: float = 0.0
     client_disconnected: bool = False
+
+    @property
+    def error_type(self) -> str | None:
+        """The OpenAI error type the client saw, if any."""
+        return self.failure.error_type if self.failure is not None else None
 
     @property
     def duration(self) -> float:

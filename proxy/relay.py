@@ -218,7 +218,6 @@ async def _upstream_timed_out(
 
 def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
     exchange.failure = error
-    exchange.error_type = error.error_type
     if isinstance(error, UpstreamError):
         exchange.upstream_error = error.kind
 
