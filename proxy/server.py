@@ -157,7 +157,7 @@ async def serve_worker(
             # listener and gives requests in flight up to drain_seconds to finish.
             app[STATE].ready = False
             loop.remove_signal_handler(signal.SIGHUP)
-        delay = app[STATE].runtime.config.server.shutdown_delay
+        delay = config.server.shutdown_delay  # server settings change only with a restart
         if delay:
             log.info("worker %d not ready; closing its listener in %g s", os.getpid(), delay)
             await asyncio.sleep(delay)
@@ -228,6 +228,7 @@ def _worker_main(listen: Listen, metrics_dir: str) -> None:
 def serve(listen: Listen) -> int:
     """Serve with ``listen.workers`` workers; returns the exit status."""
     if listen.workers == 1:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until serve_worker's handler is in place
         with contextlib.suppress(KeyboardInterrupt):
             run(lambda: serve_worker(listen, reuse_port=False))
         return 0
