@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_deploy_prometheus import promtool
+from tests.tools import promtool
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "deploy" / "grafana"

@@ -4,9 +4,7 @@ prometheus package, which .ci/run installs; outside CI its absence skips these t
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,21 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.tools import promtool
+
 ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULE_FILES = sorted((PROMETHEUS / "rules").glob("*.yml"))
 UNIT_TESTS = sorted((PROMETHEUS / "tests").glob("*.yml"))
 # A name with a colon is a recorded series (level:metric:operations).
 RECORDED = re.compile(r"(?<![\w:])[a-zA-Z_]\w*:[\w:]+")
-
-
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing in CI (.ci/run installs Debian's prometheus)")
-        pytest.skip("promtool is not installed (Debian package prometheus); CI installs it")
-    return found
 
 
 def run_promtool(*args: str, cwd: Path = PROMETHEUS) -> str:

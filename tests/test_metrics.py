@@ -7,8 +7,6 @@ GET /metrics serves; token counts are the golden files' usage of each fixture.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +31,7 @@ from tests.metrics_support import (
     stage,
     total,
 )
+from tests.tools import promtool
 
 MODELS: dict[str, Any] = {
     "llama": {"provider": "emu", "model": "friendli"},
@@ -434,15 +433,6 @@ async def test_made_up_models_and_keys_add_no_series(proxy: Metered) -> None:
     for _, labels in samples:
         for name, value in labels:
             assert value in allowed.get(name, {value}), (name, value)
-
-
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing in CI (.ci/run installs Debian's prometheus)")
-        pytest.skip("promtool is not installed (Debian package prometheus); CI installs it")
-    return found
 
 
 async def test_promtool_accepts_the_exposition(proxy: Metered) -> None:

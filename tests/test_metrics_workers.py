@@ -44,7 +44,7 @@ from tests.metrics_support import (
     worker_pids,
     write_config,
 )
-from tests.test_metrics import promtool
+from tests.tools import promtool
 
 MODELS: dict[str, Any] = {
     "llama": {"provider": "emu", "model": "friendli"},

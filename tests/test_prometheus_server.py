@@ -8,8 +8,6 @@ Needs Debian's ``prometheus`` package; outside CI the test is skipped without it
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import urllib.error
@@ -21,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import openai
-import pytest
 import yaml
 
 from tests.harness import free_port
@@ -35,17 +32,9 @@ from tests.metrics_support import (
     wait_for,
     write_config,
 )
+from tests.tools import required_program
 
 TOKEN = "prometheus-scrape-token"
-
-
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is missing in CI (.ci/run installs Debian's prometheus)")
-        pytest.skip("prometheus is not installed (Debian package prometheus); CI installs it")
-    return found
 
 
 @contextmanager
@@ -108,7 +97,7 @@ def query(base: str, promql: str) -> dict[str, float] | None:
 
 
 def test_prometheus_sums_tokens_by_team(tmp_path: Path) -> None:
-    binary = prometheus_binary()
+    binary = required_program("prometheus")
     metrics_port = free_port()
     with stage() as emulator:
         config = write_config(
