@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -113,6 +114,76 @@ def _feed(normalizer: StreamNormalizer, events: list[Event], at_end: bool) -> li
     return frames
 
 
+# After [DONE], how long to wait for the end of the upstream's body (its last chunk usually comes
+# in the same read): a body read to its end lets the connection be reused for the next request.
+_REUSE_WAIT: Final = 0.1
+_REUSE_BYTES: Final = 64 * 1024
+
+
+async def _read_to_end(response: aiohttp.ClientResponse) -> None:
+    content = response.content
+    left = _REUSE_BYTES
+    try:
+        while left > 0 and not content.is_eof():
+            chunk = await content.readany()
+            if not chunk:
+                return
+            left -= len(chunk)
+    except TRANSPORT_ERRORS:
+        return
+
+
+class _Deadline:
+    """A timeout that moves with every event without touching the loop's timers each time.
+
+    ``asyncio.Timeout.reschedule`` cancels and re-creates a timer per call, twice per relayed
+    event (py-spy on 1,000 slow streams: about a tenth of a worker's time). Here moving the
+    deadline is an attribute store; the one armed timer, when it fires early, re-arms itself at
+    the current deadline, and only an expired deadline cancels the task.
+    """
+
+    __slots__ = ("_armed_at", "_handle", "_loop", "_task", "expires", "fired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed_at = math.inf
+        self.expires = math.inf
+        self.fired = False
+
+    def move(self, when: float) -> None:
+        self.expires = when
+        if when < self._armed_at:  # earlier than the timer: arm it again (rare)
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._armed_at = when
+        self._handle = self._loop.call_at(when, self._check)
+
+    def _check(self) -> None:
+        self._handle = None
+        self._armed_at = math.inf
+        if self._loop.time() >= self.expires:
+            self.fired = True
+            self._task.cancel()
+        else:
+            self._arm(self.expires)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def expired(self) -> bool:
+        """After a CancelledError: whether it was this deadline (not a cancel from outside)."""
+        return self.fired and self._task.uncancel() == 0
+
+
 async def _pump(
     request: web.Request,
     answer: Answer,
@@ -127,57 +198,65 @@ async def _pump(
     timeouts = answer.timeouts
     deadline = answer.deadline
     wait = timeouts.first_byte
-    # One timeout scope for the whole stream, moved before every wait (cheaper per event than a
-    # scope per read); ``waiting`` says what the wait was for when it fires.
-    waiting = "upstream"
+    timer = _Deadline(loop)
+    waiting = "upstream"  # what the deadline was for, if it expires
+    data = b""
     try:
-        async with asyncio.timeout(None) as scope:
-            while not normalizer.ended:
-                started = loop.time()
-                scope.reschedule(min(started + wait, deadline))
-                waiting = "upstream"
-                try:
-                    data = await read()
-                    events = decoder.feed(data) if data else decoder.close()
-                except TRANSPORT_ERRORS as exc:
-                    frames = normalizer.fail(upstream_error_for(exc, "stream"))
-                except UpstreamError as exc:  # an event over the size bound
-                    frames = normalizer.fail(exc)
-                else:
-                    frames = _feed(normalizer, events, not data)
-                now = loop.time()
-                exchange.upstream_wait += now - started
-                wait = timeouts.idle
-                if not frames:
-                    continue
-                if response is None:
-                    if normalizer.error is not None and len(frames) == 1:
-                        # The failure is all there is to say, and nothing was sent: an HTTP error.
-                        raise normalizer.error
-                    response = web.StreamResponse(
-                        status=200, headers={**_STREAM_HEADERS, **headers}
-                    )
-                    await response.prepare(request)
-                    exchange.status = 200
-                    exchange.first_token_at = loop.time()
-                if normalizer.error is not None:
-                    _failed_after_first_byte(exchange, normalizer.error)
-                scope.reschedule(now + timeouts.idle)
-                waiting = "client"
-                await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
-                exchange.client_wait += loop.time() - now
-            scope.reschedule(loop.time() + timeouts.idle)
+        while not normalizer.ended:
+            started = loop.time()
+            timer.move(min(started + wait, deadline))
+            waiting = "upstream"
+            try:
+                data = await read()
+                events = decoder.feed(data) if data else decoder.close()
+            except TRANSPORT_ERRORS as exc:
+                frames = normalizer.fail(upstream_error_for(exc, "stream"))
+            except UpstreamError as exc:  # an event over the size bound
+                frames = normalizer.fail(exc)
+            else:
+                frames = _feed(normalizer, events, not data)
+            now = loop.time()
+            exchange.upstream_wait += now - started
+            wait = timeouts.idle
+            if not frames:
+                continue
+            if response is None:
+                if normalizer.error is not None and len(frames) == 1:
+                    # The failure is all there is to say, and nothing was sent: an HTTP error.
+                    raise normalizer.error
+                response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
+                await response.prepare(request)
+                exchange.status = 200
+                exchange.first_token_at = loop.time()
+            if normalizer.error is not None:
+                _failed_after_first_byte(exchange, normalizer.error)
+            timer.move(now + timeouts.idle)
             waiting = "client"
-            assert response is not None  # the loop ends once the normalizer has said its last
-            await response.write_eof()
-    except TimeoutError:
-        if waiting == "client" or (response is not None and normalizer.ended):
-            # The client stopped reading: nothing more can reach it.
-            exchange.client_disconnected = True
+            await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
+            exchange.client_wait += loop.time() - now
+        timer.move(loop.time() + timeouts.idle)
+        waiting = "client"
+        assert response is not None  # the loop ends once the normalizer has said its last
+        await response.write_eof()
+        if not data:
+            pass  # the upstream's body ended: its connection is back in the pool already
+        elif normalizer.error is None:
+            timer.move(loop.time() + _REUSE_WAIT)
+            waiting = "reuse"
+            await _read_to_end(answer.response)
+    except asyncio.CancelledError:
+        if not timer.expired():
+            raise  # cancelled from outside: the client left (handler cancellation)
+        if waiting == "client":
+            exchange.client_disconnected = True  # it stopped reading: nothing more can reach it
+        elif waiting == "reuse":
+            pass  # the answer is complete; the upstream connection is closed, not reused
         else:
             await _upstream_timed_out(request, answer, normalizer, exchange, response, headers)
     except ConnectionResetError:
         exchange.client_disconnected = True  # the client went away
+    finally:
+        timer.close()
     if response is None:  # a failure before the first byte, told as an HTTP error
         assert normalizer.error is not None
         raise normalizer.error
