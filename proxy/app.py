@@ -108,11 +108,17 @@ async def exchange_middleware(
             exchange.status = response.status
     finally:
         exchange.ended = loop.time()
-        for observer in state.observers:
-            observer.finished(exchange)
+        # After the response has gone out (aiohttp writes it as soon as this returns): the
+        # client does not wait for metrics and the access log.
+        loop.call_soon(_finished, state.observers, exchange)
     if not response.prepared:
         response.headers["X-Request-Id"] = exchange.request_id
     return response
+
+
+def _finished(observers: Sequence[Observer], exchange: Exchange) -> None:
+    for observer in observers:
+        observer.finished(exchange)
 
 
 def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
