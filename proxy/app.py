@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
@@ -52,11 +51,12 @@ def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) ->
     )
 
 
-def _request_id(request: web.Request) -> str:
+def _request_id(request: web.Request, runtime: Runtime) -> str:
     given = request.headers.get("X-Request-Id")
     if given is not None and _REQUEST_ID.match(given):
         return given
-    return secrets.token_hex(16)
+    # Unique, not secret: the runtime's PRNG spares a getrandom() system call per request.
+    return f"{runtime.rng.getrandbits(128):032x}"
 
 
 def _http_error(exc: web.HTTPException) -> ProxyError:
@@ -84,7 +84,7 @@ async def exchange_middleware(
                 raise
             return error_response(_http_error(exc))
     loop = asyncio.get_running_loop()
-    exchange = Exchange(_request_id(request), endpoint or "other", loop.time())
+    exchange = Exchange(_request_id(request, state.runtime), endpoint or "other", loop.time())
     request[EXCHANGE] = exchange
     for observer in state.observers:
         observer.started(exchange)

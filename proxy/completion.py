@@ -42,6 +42,10 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
     """The request body, refusing more than ``limit`` bytes and clients slower than ``seconds``."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes")
+    content = request.content
+    if content.is_eof() and content.total_bytes <= limit:
+        # The whole body came with the headers (the usual case): no waiting, no timer.
+        return content.read_nowait()
     chunks = []
     size = 0
     try:
@@ -179,7 +183,6 @@ async def _attempt(
                 path,
                 body,
                 stream=client_request.stream,
-                connect_timeout=timeouts.connect,
             )
     except TimeoutError as exc:
         raise UpstreamTimeout(

@@ -47,8 +47,10 @@ class Target:
 
     base_url: str
     headers: CIMultiDict[str]
+    stream_headers: CIMultiDict[str]  # the same, asking for an event stream
     query: Mapping[str, str]
     secrets: tuple[str, ...]  # values to scrub from anything an upstream says back
+    timeout: aiohttp.ClientTimeout  # connecting; the rest is bounded by the caller's deadlines
 
 
 def target_for(provider: Provider) -> Target:
@@ -61,7 +63,11 @@ def target_for(provider: Provider) -> Target:
     )
     if provider.api_key:
         secrets += (provider.api_key,)
-    return Target(provider.base_url, headers, provider.query, secrets)
+    stream_headers = headers.copy()
+    stream_headers["Accept"] = "text/event-stream"
+    connect = provider.timeouts.connect
+    timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect)
+    return Target(provider.base_url, headers, stream_headers, provider.query, secrets, timeout)
 
 
 def upstream_path(dialect: str, endpoint: Endpoint) -> str | None:
@@ -157,27 +163,20 @@ class UpstreamClient:
         self.session = session
 
     async def send(
-        self, target: Target, path: str, body: bytes, *, stream: bool, connect_timeout: float
+        self, target: Target, path: str, body: bytes, *, stream: bool
     ) -> aiohttp.ClientResponse:
         """Send the request and wait for the response headers.
 
         Callers bound the wait with their own first-byte deadline; a non-200 answer raises
         ``UpstreamStatusError`` with the upstream's message.
         """
-        headers = target.headers
-        if stream:
-            headers = headers.copy()
-            headers["Accept"] = "text/event-stream"
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout, sock_connect=connect_timeout
-        )
         with mapped_errors("connect"):
             response = await self.session.post(
                 target.base_url + path,
                 data=body,
-                headers=headers,
+                headers=target.stream_headers if stream else target.headers,
                 params=target.query or None,
-                timeout=timeout,
+                timeout=target.timeout,
                 allow_redirects=False,
                 auto_decompress=True,
             )
