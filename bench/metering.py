@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import logging
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from procs import free_port, wait_http
 from prometheus_client import CollectorRegistry
 
 from proxy.access_log import AccessLog
@@ -44,31 +44,12 @@ MODES = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def start(args: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "proxy", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-async def wait_ready(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(200):
-            try:
-                async with session.get(url) as response:
-                    if response.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} never came up")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -154,9 +135,9 @@ def main() -> None:
                     start(["serve", "--config", str(config), "--port", str(ports[mode])])
                 )
                 pids[mode] = processes[-1].pid
-            asyncio.run(wait_ready(f"http://127.0.0.1:{emulator_port}/v1/models"))
+            wait_http(f"http://127.0.0.1:{emulator_port}/v1/models")
             for port in ports.values():
-                asyncio.run(wait_ready(f"http://127.0.0.1:{port}/readyz"))
+                wait_http(f"http://127.0.0.1:{port}/readyz")
             for stream in (False, True):
                 kind = "streamed" if stream else "non-streamed"
                 rates: dict[str, list[float]] = {mode: [] for mode in MODES}

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,33 +22,15 @@ import time
 from pathlib import Path
 
 import aiohttp
+from procs import free_port, wait_http
 
 KEY = "sk-bench"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start(args: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "proxy", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-
-
-async def wait_ready(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(200):
-            try:
-                async with session.get(url) as response:
-                    if response.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} never came up")
 
 
 async def timed(
@@ -117,8 +98,8 @@ def main() -> None:
                 f"http://127.0.0.1:{emulator_port}",
                 f"http://127.0.0.1:{proxy_port}",
             )
-            asyncio.run(wait_ready(emulator_url + "/v1/models"))
-            asyncio.run(wait_ready(proxy_url + "/readyz"))
+            wait_http(emulator_url + "/v1/models")
+            wait_http(proxy_url + "/readyz")
             for stream in (False, True):
                 asyncio.run(measure(emulator_url, proxy_url, args.runs, args.requests, stream))
         finally:
