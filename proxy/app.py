@@ -189,7 +189,14 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(
         limit=1024, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
     )
-    session = aiohttp.ClientSession(connector=connector, auto_decompress=True, trust_env=False)
+    # No cookie jar: a cookie one upstream sets while answering one team must never ride along
+    # on another team's request (nor is a gateway a browser session).
+    session = aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=True,
+        trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
     state = app[STATE]
     state.client = UpstreamClient(session)
     state.ready = True

@@ -31,7 +31,6 @@ from proxy.relay import Answer, relay_stream, relay_whole
 from proxy.request import ClientRequest, parse_request, upstream_body
 from proxy.routing import resolve_model
 from proxy.state import EXCHANGE, STATE, Runtime, State
-from proxy.upstream import upstream_path
 
 log = logging.getLogger("proxy.routing")
 
@@ -152,8 +151,9 @@ async def _attempt(
 ) -> web.StreamResponse:
     """One try at one deployment: send, wait for the answer's headers, relay it."""
     endpoint = client_request.endpoint
-    path = upstream_path(provider.dialect, endpoint)
-    if path is None:
+    target = runtime.targets[provider.name]
+    url = target.urls.get(endpoint)
+    if url is None:
         raise InvalidRequest(
             f"The model '{model.name}' does not serve {_PATHS[endpoint]}",
             param="model",
@@ -178,12 +178,7 @@ async def _attempt(
     deadline = started + timeouts.total
     try:
         async with asyncio.timeout_at(min(started + timeouts.first_byte, deadline)):
-            response = await state.client.send(
-                runtime.targets[provider.name],
-                path,
-                body,
-                stream=client_request.stream,
-            )
+            response = await state.client.send(url, target, body, stream=client_request.stream)
     except TimeoutError as exc:
         raise UpstreamTimeout(
             f"The upstream did not answer within {timeouts.first_byte:g} s"

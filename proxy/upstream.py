@@ -15,6 +15,7 @@ from typing import Final
 import aiohttp
 import orjson
 from multidict import CIMultiDict
+from yarl import URL
 
 from proxy.config import Provider
 from proxy.errors import (
@@ -45,10 +46,9 @@ _TAG: Final = re.compile(r"<[^>]*>")
 class Target:
     """Where and how one provider is called; computed once per configuration."""
 
-    base_url: str
+    urls: Mapping[Endpoint, URL]  # the endpoints its dialect serves, with its query parameters
     headers: CIMultiDict[str]
     stream_headers: CIMultiDict[str]  # the same, asking for an event stream
-    query: Mapping[str, str]
     secrets: tuple[str, ...]  # values to scrub from anything an upstream says back
     timeout: aiohttp.ClientTimeout  # connecting; the rest is bounded by the caller's deadlines
 
@@ -67,11 +67,13 @@ def target_for(provider: Provider) -> Target:
     stream_headers["Accept"] = "text/event-stream"
     connect = provider.timeouts.connect
     timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect)
-    return Target(provider.base_url, headers, stream_headers, provider.query, secrets, timeout)
-
-
-def upstream_path(dialect: str, endpoint: Endpoint) -> str | None:
-    return _PATHS.get((dialect, endpoint))
+    # Parsed once here: aiohttp would otherwise parse the string and merge the query per request.
+    urls = {
+        endpoint: URL(provider.base_url + path).extend_query(provider.query)
+        for (dialect, endpoint), path in _PATHS.items()
+        if dialect == provider.dialect
+    }
+    return Target(urls, headers, stream_headers, secrets, timeout)
 
 
 # What can come out of talking to a provider, for callers that catch it themselves on a hot path.
@@ -163,7 +165,7 @@ class UpstreamClient:
         self.session = session
 
     async def send(
-        self, target: Target, path: str, body: bytes, *, stream: bool
+        self, url: URL, target: Target, body: bytes, *, stream: bool
     ) -> aiohttp.ClientResponse:
         """Send the request and wait for the response headers.
 
@@ -172,10 +174,9 @@ class UpstreamClient:
         """
         with mapped_errors("connect"):
             response = await self.session.post(
-                target.base_url + path,
+                url,
                 data=body,
                 headers=target.stream_headers if stream else target.headers,
-                params=target.query or None,
                 timeout=target.timeout,
                 allow_redirects=False,
                 auto_decompress=True,

@@ -407,6 +407,23 @@ async def test_what_goes_upstream(proxy_url: str, servers: Servers) -> None:
     assert "cookie" not in sent["headers"] and TEAM_KEY not in orjson.dumps(sent).decode()
 
 
+async def test_upstream_cookies_are_never_sent_back(servers: Servers) -> None:
+    # The emulator sets a cookie on every answer, as OpenAI's Cloudflare does; by host name, so
+    # that a cookie jar would keep it (aiohttp's refuses cookies from IP addresses).
+    local = servers.emulator_url.replace("127.0.0.1", "localhost")
+    url, _ = servers.start_proxy(
+        {"gpt-4o": {"deployments": [{"provider": "local", "model": "openai"}]}},
+        providers={"local": {"base_url": f"{local}/v1", "api_key": UPSTREAM_SECRET}},
+    )
+    for _ in range(2):
+        status, headers, _ = await post(
+            url + "/chat/completions", {"model": "gpt-4o", "messages": CHAT}
+        )
+        assert status == 200 and "Set-Cookie" not in headers  # nor passed on to the client
+    first, second = (await upstream_requests(servers))[-2:]
+    assert "cookie" not in first["headers"] and "cookie" not in second["headers"]
+
+
 async def test_azure_style_key_header_and_query(proxy_url: str, servers: Servers) -> None:
     status, _, _ = await post(
         proxy_url + "/chat/completions", {"model": "azure-gpt", "messages": CHAT, "stream": True}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import secrets
 import signal
 from collections import deque
 from collections.abc import Mapping
@@ -99,6 +100,7 @@ def build_emulator_app(
         responding={},
     )
     app.on_shutdown.append(_cut_off_responses)
+    app.on_response_prepare.append(_set_cookie)
     app.router.add_get("/_emulator/requests", _list_requests)
     app.router.add_delete("/_emulator/requests", _clear_requests)
     app.router.add_route("*", "/{path:.*}", _answer)
@@ -167,6 +169,14 @@ async def _cut_off_responses(app: web.Application) -> None:
         if request.transport is not None:
             request.transport.abort()
         task.cancel()
+
+
+async def _set_cookie(request: web.Request, response: web.StreamResponse) -> None:
+    # Like api.openai.com behind Cloudflare: every answer sets a bot-management cookie. A gateway
+    # must never send it back (it would ride along on another team's request).
+    response.headers["Set-Cookie"] = (
+        f"__cf_bm={secrets.token_urlsafe(16)}; path=/; max-age=1800; HttpOnly; SameSite=None"
+    )
 
 
 async def _list_requests(request: web.Request) -> web.Response:
