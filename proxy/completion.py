@@ -17,6 +17,7 @@ from aiohttp import web
 
 from proxy.balancer import AttemptPlan
 from proxy.config import Deployment, Model, Provider
+from proxy.deadline import Deadline
 from proxy.errors import (
     BodyTooLarge,
     InvalidRequest,
@@ -176,16 +177,23 @@ async def _attempt(
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline = started + timeouts.total
+    timer = Deadline(loop)
     try:
-        async with asyncio.timeout_at(min(started + timeouts.first_byte, deadline)):
+        timer.move(min(started + timeouts.first_byte, deadline))
+        try:
             response = await state.client.send(url, target, body, stream=client_request.stream)
-    except TimeoutError as exc:
-        raise UpstreamTimeout(
-            f"The upstream did not answer within {timeouts.first_byte:g} s"
-        ) from exc
+        except asyncio.CancelledError:
+            if not timer.expired():
+                raise  # cancelled from outside: the client left
+            raise UpstreamTimeout(
+                f"The upstream did not answer within {timeouts.first_byte:g} s"
+            ) from None
+        finally:
+            exchange.upstream_wait += loop.time() - started
+        answer = Answer(response, API_FAMILIES[provider.api], ctx, timeouts, deadline, timer)
+        if client_request.stream:
+            headers = {"X-Request-Id": exchange.request_id}
+            return await relay_stream(request, answer, exchange, headers)
+        return await relay_whole(answer, exchange)
     finally:
-        exchange.upstream_wait += loop.time() - started
-    answer = Answer(response, API_FAMILIES[provider.api], ctx, timeouts, deadline)
-    if client_request.stream:
-        return await relay_stream(request, answer, exchange, {"X-Request-Id": exchange.request_id})
-    return await relay_whole(answer, exchange)
+        timer.close()  # whatever happened: a retry's backoff must not be cut short by it

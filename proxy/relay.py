@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -22,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from proxy.config import Timeouts
+from proxy.deadline import Deadline
 from proxy.errors import ProxyError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
@@ -50,6 +50,7 @@ class Answer:
     ctx: RequestContext
     timeouts: Timeouts
     deadline: float  # loop time by which the whole exchange must be over
+    timer: Deadline  # the attempt's, moved to each wait's limit and closed when relayed
 
     @property
     def is_event_stream(self) -> bool:
@@ -62,12 +63,16 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
         return await _stream_as_whole(answer, exchange)
     loop = asyncio.get_running_loop()
     waited = loop.time()
+    timer = answer.timer
+    timer.move(answer.deadline)
     try:
-        async with asyncio.timeout_at(answer.deadline):
-            raw = await read_whole(answer.response, RESPONSE_LIMIT)
-    except TimeoutError as exc:
-        raise _total_timeout(answer) from exc
+        raw = await read_whole(answer.response, RESPONSE_LIMIT)
+    except asyncio.CancelledError:
+        if not timer.expired():
+            raise
+        raise _total_timeout(answer) from None
     finally:
+        timer.close()
         exchange.upstream_wait += loop.time() - waited
         answer.response.close()
     normalized = answer.family.response(raw, answer.ctx)
@@ -133,57 +138,6 @@ async def _read_to_end(response: aiohttp.ClientResponse) -> None:
         return
 
 
-class _Deadline:
-    """A timeout that moves with every event without touching the loop's timers each time.
-
-    ``asyncio.Timeout.reschedule`` cancels and re-creates a timer per call, twice per relayed
-    event (py-spy on 1,000 slow streams: about a tenth of a worker's time). Here moving the
-    deadline is an attribute store; the one armed timer, when it fires early, re-arms itself at
-    the current deadline, and only an expired deadline cancels the task.
-    """
-
-    __slots__ = ("_armed_at", "_handle", "_loop", "_task", "expires", "fired")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
-        self._handle: asyncio.TimerHandle | None = None
-        self._armed_at = math.inf
-        self.expires = math.inf
-        self.fired = False
-
-    def move(self, when: float) -> None:
-        self.expires = when
-        if when < self._armed_at:  # earlier than the timer: arm it again (rare)
-            self._arm(when)
-
-    def _arm(self, when: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._armed_at = when
-        self._handle = self._loop.call_at(when, self._check)
-
-    def _check(self) -> None:
-        self._handle = None
-        self._armed_at = math.inf
-        if self._loop.time() >= self.expires:
-            self.fired = True
-            self._task.cancel()
-        else:
-            self._arm(self.expires)
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def expired(self) -> bool:
-        """After a CancelledError: whether it was this deadline (not a cancel from outside)."""
-        return self.fired and self._task.uncancel() == 0
-
-
 async def _pump(
     request: web.Request,
     answer: Answer,
@@ -198,7 +152,7 @@ async def _pump(
     timeouts = answer.timeouts
     deadline = answer.deadline
     wait = timeouts.first_byte
-    timer = _Deadline(loop)
+    timer = answer.timer
     waiting = "upstream"  # what the deadline was for, if it expires
     data = b""
     try:
@@ -308,16 +262,20 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
     frames: list[bytes] = []
     loop = asyncio.get_running_loop()
     waited = loop.time()
+    timer = answer.timer
+    timer.move(answer.deadline)
     try:
-        async with asyncio.timeout_at(answer.deadline):
-            while not normalizer.ended:
-                with mapped_errors("stream"):
-                    data = await answer.response.content.readany()
-                events = decoder.feed(data) if data else decoder.close()
-                frames += _feed(normalizer, events, not data)
-    except TimeoutError as exc:
-        raise _total_timeout(answer) from exc
+        while not normalizer.ended:
+            with mapped_errors("stream"):
+                data = await answer.response.content.readany()
+            events = decoder.feed(data) if data else decoder.close()
+            frames += _feed(normalizer, events, not data)
+    except asyncio.CancelledError:
+        if not timer.expired():
+            raise
+        raise _total_timeout(answer) from None
     finally:
+        timer.close()
         exchange.upstream_wait += loop.time() - waited
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
