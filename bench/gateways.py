@@ -1,4 +1,5 @@
-"""What bench/run.py measures: the canned upstream called directly, our proxy, and the peers.
+"""What bench/run.py measures: the canned upstream called directly, our proxy, the framework's
+floor (bench/floor.py: aiohttp with nothing of ours) and the peers.
 
 Each gateway is started by a function that returns a ``Gateway``: where to send each kind of
 request (``plain``, ``stream``, ``slow``: see bench/canned.py), with which model and key, and
@@ -7,6 +8,7 @@ which processes are its own (for their memory). Every gateway points at the same
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import sys
 import time
@@ -102,6 +104,40 @@ def start_ours(nginx_port: int, workers: int, out: Path) -> Gateway:
     )
 
 
+def start_floor(nginx_port: int, workers: int, out: Path) -> Gateway:
+    """bench/floor.py: aiohttp server and client on uvloop passing requests through, nothing
+    else; what our proxy would cost if it did nothing."""
+    port = free_port()
+    service = Service(
+        "floor",
+        [
+            sys.executable,
+            str(BENCH / "floor.py"),
+            "--upstream",
+            f"http://127.0.0.1:{nginx_port}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        out / "floor.log",
+    )
+    wait_http(f"http://127.0.0.1:{port}/healthz", service)
+    versions = ", ".join(f"{name} {_version(name)}" for name in ("aiohttp", "uvloop"))
+    return Gateway(
+        "floor",
+        service,
+        {k: f"http://127.0.0.1:{port}/{k}/v1/chat/completions" for k in KINDS},
+        dict.fromkeys(KINDS, "bench"),
+        "",
+        service.pid,
+        f"bench/floor.py: aiohttp server + aiohttp client on uvloop ({versions}), {workers}"
+        " workers, no logic: the framework's floor",
+    )
+
+
 def start_litellm(nginx_port: int, workers: int, out: Path, venv: Path) -> Gateway:
     port = free_port()
     config = out / "litellm.yaml"
@@ -184,6 +220,13 @@ def _wait_for_line(service: Service, prefix: str, seconds: float) -> str:
                 return line[len(prefix) :].strip()
         time.sleep(0.2)
     raise RuntimeError(f"{service.name} printed no '{prefix}' within {seconds:g} s")
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
 
 
 def package_version(venv: Path, name: str) -> str:

@@ -1,4 +1,5 @@
-"""The printed report of bench/run.py: one table per profile, ours/peer ratios, the targets."""
+"""The printed report of bench/run.py: one table per profile, ours/floor and ours/peer ratios,
+the targets (with, for information, what the floor achieves against each)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,40 @@ def profile_table(name: str, rows: dict[str, Row]) -> list[str]:
     return lines
 
 
+def floor_lines(results: Results) -> list[str]:
+    """Ours against the floor (bench/floor.py): what the framework costs and what ours adds."""
+    lines = []
+    for name in results:
+        ours, floor = _outcome(results, name, "ours"), _outcome(results, name, "floor")
+        if name == "soak" or ours is None or floor is None:
+            continue
+        profile = PROFILES[name]
+        noun = "throughput" if profile.kind == "plain" else "streams/s"
+        rate = ours.rate / floor.rate if ours.rate and floor.rate else None
+        text = f"  {name:<10} ours is {_num(rate, 2)}x floor's {noun}"
+        rows = results[name]
+        ours_mb, floor_mb = rows["ours"].total_mb, rows["floor"].total_mb
+        if ours_mb and floor_mb:
+            text += f"; RSS {ours_mb / floor_mb:.2f}x floor's ({ours_mb:.0f} vs {floor_mb:.0f} MB)"
+        lines.append(text)
+        # Latency tells where time goes only when the load does not saturate the gateway.
+        if (profile.connections == 1 or profile.kind == "slow") and (
+            ours.p50_ms is not None and floor.p50_ms is not None
+        ):
+            lat = "TTFT p50" if profile.kind == "slow" else "p50"
+            text = (
+                f"  {'':<10} {lat}: ours adds {ours.p50_ms - floor.p50_ms:+.2f} ms to floor's"
+                f" ({ours.p50_ms:.2f} vs {floor.p50_ms:.2f} ms)"
+            )
+            direct = _outcome(results, name, "direct")
+            if direct is not None and direct.p50_ms is not None:
+                text += f"; floor adds {floor.p50_ms - direct.p50_ms:+.2f} ms to direct's"
+            lines.append(text)
+    if lines:
+        lines.insert(0, "ours/floor (floor: aiohttp server + client on uvloop, no logic):")
+    return lines
+
+
 def ratio_lines(results: Results, peers: list[str]) -> list[str]:
     lines = []
     for peer in peers:
@@ -92,7 +127,8 @@ def ratio_lines(results: Results, peers: list[str]) -> list[str]:
 @dataclass(frozen=True)
 class Target:
     text: str
-    check: Callable[[Results], tuple[bool, str] | None]  # None: not measured in this run
+    # Whether ``gateway`` (ours; the floor for information) meets it; None: not measured.
+    check: Callable[[Results, str], tuple[bool, str] | None]
 
 
 def _outcome(results: Results, profile: str, gateway: str) -> Outcome | None:
@@ -101,8 +137,8 @@ def _outcome(results: Results, profile: str, gateway: str) -> Outcome | None:
 
 
 def _rate_ratio(profile: str, peer: str, at_least: float) -> Target:
-    def check(results: Results) -> tuple[bool, str] | None:
-        ours, theirs = _outcome(results, profile, "ours"), _outcome(results, profile, peer)
+    def check(results: Results, gateway: str) -> tuple[bool, str] | None:
+        ours, theirs = _outcome(results, profile, gateway), _outcome(results, profile, peer)
         if ours is None or theirs is None or not ours.rate or not theirs.rate:
             return None
         ratio = ours.rate / theirs.rate
@@ -112,39 +148,40 @@ def _rate_ratio(profile: str, peer: str, at_least: float) -> Target:
     return Target(f"{profile}: ours >= {at_least:g}x {peer}'s {noun}", check)
 
 
-def _added_p50(results: Results) -> tuple[bool, str] | None:
-    ours, direct = _outcome(results, "plain-1", "ours"), _outcome(results, "plain-1", "direct")
+def _added_p50(results: Results, gateway: str) -> tuple[bool, str] | None:
+    ours, direct = _outcome(results, "plain-1", gateway), _outcome(results, "plain-1", "direct")
     if ours is None or direct is None or ours.p50_ms is None or direct.p50_ms is None:
         return None
     added = ours.p50_ms - direct.p50_ms
     return added <= 0.5, f"+{added:.3f} ms ({ours.p50_ms:.3f} vs {direct.p50_ms:.3f} ms)"
 
 
-def _slow_complete(results: Results) -> tuple[bool, str] | None:
-    ours = _outcome(results, "slow-1000", "ours")
+def _slow_complete(results: Results, gateway: str) -> tuple[bool, str] | None:
+    ours = _outcome(results, "slow-1000", gateway)
     if ours is None:
         return None
     completed = int(str(ours.extra.get("completed", 0)))
     return completed == ours.requests and not ours.errors, f"{completed}/{ours.requests}"
 
 
-def _slow_ttft(results: Results) -> tuple[bool, str] | None:
-    ours, direct = _outcome(results, "slow-1000", "ours"), _outcome(results, "slow-1000", "direct")
+def _slow_ttft(results: Results, gateway: str) -> tuple[bool, str] | None:
+    ours = _outcome(results, "slow-1000", gateway)
+    direct = _outcome(results, "slow-1000", "direct")
     if ours is None or direct is None or ours.p99_ms is None or direct.p99_ms is None:
         return None
     added = ours.p99_ms - direct.p99_ms
     return added <= 5, f"+{added:.2f} ms ({ours.p99_ms:.2f} vs {direct.p99_ms:.2f} ms)"
 
 
-def _slow_rss(results: Results) -> tuple[bool, str] | None:
-    row = results.get("slow-1000", {}).get("ours")
+def _slow_rss(results: Results, gateway: str) -> tuple[bool, str] | None:
+    row = results.get("slow-1000", {}).get(gateway)
     if row is None or row.worker_mb is None:
         return None
     return row.worker_mb < 150, f"{row.worker_mb:.0f} MB peak in one worker"
 
 
-def _soak(results: Results) -> tuple[bool, str] | None:
-    ours = _outcome(results, "soak", "ours")
+def _soak(results: Results, gateway: str) -> tuple[bool, str] | None:
+    ours = _outcome(results, "soak", gateway)  # only ours is soaked
     if ours is None or "growth_pct" not in ours.extra:
         return None
     growth = float(str(ours.extra["growth_pct"]))
@@ -172,11 +209,19 @@ TARGETS = [
 
 def target_lines(results: Results) -> list[str]:
     lines = ["targets (issue 6):"]
+    floor = any("floor" in rows for rows in results.values())
+    if floor:
+        lines[0] = "targets (issue 6; 'info' lines are no verdict, only what the floor achieves):"
     for target in TARGETS:
-        verdict = target.check(results)
+        verdict = target.check(results, "ours")
         if verdict is None:
             lines.append(f"  ----  {target.text}: not measured in this run")
         else:
             ok, text = verdict
             lines.append(f"  {'PASS' if ok else 'MISS'}  {target.text}: {text}")
+        info = target.check(results, "floor") if floor else None
+        if info is not None:
+            within, text = info
+            meets = "within the target" if within else "outside the target"
+            lines.append(f"  info    floor itself: {text}; {meets}")
     return lines

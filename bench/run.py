@@ -1,15 +1,18 @@
 """The gateway benchmark suite (issue 6; not a test, never part of CI's verdict).
 
     python bench/run.py [--peers] [--duration 10] [--profiles plain-1,plain-64,...] [--workers 2]
-                        [--profile-py-spy] [--peer-venv PATH]
+                        [--no-floor] [--profile-py-spy] [--peer-venv PATH]
 
 Starts nginx as a canned upstream (bench/canned.py), then, one after the other: measures each
 profile straight against nginx ("direct"), against our proxy (``llm-proxy serve``, N workers,
-metrics and access log on) and, with --peers, against LiteLLM's proxy and TensorZero's gateway
-installed in a separate virtualenv by bench/setup.sh. Load comes from wrk (bench/post.lua) and,
-for the concurrent slow streams, from bench/streams.py in its own process. Memory is read from
-/proc while each profile runs. Prints one table per profile, ours/peer ratios and each target of
-the issue as PASS or MISS; writes the report to bench/out/latest.txt and latest.json.
+metrics and access log on), against the framework's floor ("floor", bench/floor.py: aiohttp
+server and client on uvloop, N workers, passing requests through and nothing else; not with
+--no-floor) and, with --peers, against LiteLLM's proxy and TensorZero's gateway installed in a
+separate virtualenv by bench/setup.sh. Load comes from wrk (bench/post.lua) and, for the
+concurrent slow streams, from bench/streams.py in its own process. Memory is read from /proc
+while each profile runs. Prints one table per profile, ours/floor and ours/peer ratios and each
+target of the issue as PASS or MISS (with, for information, what the floor achieves against it);
+writes the report to bench/out/latest.txt and latest.json.
 
 Everything listens on 127.0.0.1 on free ports; every process started is stopped at the end,
 also on Ctrl-C; every load is bounded in time.
@@ -59,7 +62,14 @@ def _parser() -> argparse.ArgumentParser:
         default=",".join(load.PROFILES),
         help=f"comma-separated, from: {', '.join(load.PROFILES)} (default: all)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="workers of ours and LiteLLM")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="workers of ours, the floor and LiteLLM"
+    )
+    parser.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="do not measure the framework's floor (bench/floor.py, a bare aiohttp pass-through)",
+    )
     parser.add_argument("--peer-venv", type=Path, default=DEFAULT_PEER_VENV)
     parser.add_argument(
         "--profile-py-spy",
@@ -309,9 +319,27 @@ class Run:
                 + "\n    ".join(other[:15])
             )
 
+    def scan_floor_log(self, log: Path) -> None:
+        # floor.py prints one line when it starts; anything else (aiohttp's tracebacks) is news.
+        lines = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if line.strip() and not line.startswith("floor: ")
+        ]
+        problems = self.args.out / "floor-problems.log"
+        problems.unlink(missing_ok=True)  # an earlier run's
+        if lines:
+            problems.write_text("\n".join(lines) + "\n")
+            self.notes.append(
+                f"floor logged {len(lines)} other lines (all in {problems}); the first ones:\n    "
+                + "\n    ".join(lines[:15])
+            )
+
     def start(self, name: str, nginx_port: int) -> Gateway:
         if name == "ours":
             gateway = gateways.start_ours(nginx_port, self.args.workers, self.tmp)
+        elif name == "floor":
+            gateway = gateways.start_floor(nginx_port, self.args.workers, self.tmp)
         elif name == "litellm":
             gateway = gateways.start_litellm(
                 nginx_port, self.args.workers, self.tmp, self.args.peer_venv
@@ -351,7 +379,8 @@ class Run:
         )
         self.services.append(nginx)
         wait_http(f"http://127.0.0.1:{nginx_port}/healthz", nginx, 10)
-        names = ["direct", "ours"] + (["tensorzero", "litellm"] if args.peers else [])
+        names = ["direct", "ours"] + ([] if args.no_floor else ["floor"])
+        names += ["tensorzero", "litellm"] if args.peers else []
         for name in names:
             self.say(f"{name}:", keep=False)
             gateway = gateways.direct(nginx, nginx_port)
@@ -368,17 +397,20 @@ class Run:
                 gateway.stop()
             if name == "ours":
                 self.scan_our_log(self.tmp / "ours.log")
+            elif name == "floor":
+                self.scan_floor_log(self.tmp / "floor.log")
         self.say()
         for name in self.profiles:
             if self.results[name] and name != "soak":
                 for line in report.profile_table(name, self.results[name]):
                     self.say(line)
                 self.say()
-        for line in report.ratio_lines(
-            self.results, [n for n in names if n not in ("direct", "ours")]
-        ):
-            self.say(line)
-        self.say()
+        peers = [n for n in names if n not in ("direct", "ours", "floor")]
+        for block in (report.floor_lines(self.results), report.ratio_lines(self.results, peers)):
+            for line in block:
+                self.say(line)
+            if block:
+                self.say()
         others = [
             (row.foreign_pct, f"{name}/{gw}")
             for name, rows in self.results.items()
