@@ -34,6 +34,7 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from proxy.circuit import CircuitBreaker
 from proxy.config import Deployment, Model, RetryPolicy
@@ -234,9 +235,14 @@ def plan_attempts(
 
 
 def _ordered(deployments: Sequence[Deployment], rand: Callable[[], float]) -> tuple[int, ...]:
+    if len(deployments) == 1:
+        return _ONLY  # the usual model: nothing to draw
     # log(u) / w orders as u ** (1 / w) does, without underflowing to 0 for small weights.
     keys = [_log(rand()) / d.weight for d in deployments]
     return tuple(sorted(range(len(deployments)), key=lambda i: (deployments[i].priority, -keys[i])))
+
+
+_ONLY: Final = (0,)
 
 
 def _log(u: float) -> float:
