@@ -58,15 +58,19 @@ class Outcome:
     failed: str | None = None  # why nothing could be measured
 
 
+def _request(gateway: Gateway, kind: str) -> urllib.request.Request:
+    """One request of ``kind`` to ``gateway``, with its key if it has one."""
+    headers = {"Content-Type": "application/json"}
+    if gateway.key:
+        headers["Authorization"] = f"Bearer {gateway.key}"
+    return urllib.request.Request(
+        gateway.urls[kind], data=gateway.body(kind).encode(), headers=headers, method="POST"
+    )
+
+
 def check_request(gateway: Gateway, kind: str, timeout: float = 30.0) -> str | None:
     """Send one request of ``kind``; None if its answer is right, else what is wrong."""
-    request = urllib.request.Request(
-        gateway.urls[kind],
-        data=gateway.body(kind).encode(),
-        headers={"Content-Type": "application/json"}
-        | ({"Authorization": f"Bearer {gateway.key}"} if gateway.key else {}),
-        method="POST",
-    )
+    request = _request(gateway, kind)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status, body = response.status, response.read()
@@ -90,13 +94,7 @@ def check_request(gateway: Gateway, kind: str, timeout: float = 30.0) -> str | N
 
 def stream_events(gateway: Gateway, kind: str) -> int:
     """How many ``data:`` events the gateway sends for one stream of ``kind``."""
-    request = urllib.request.Request(
-        gateway.urls[kind],
-        data=gateway.body(kind).encode(),
-        headers={"Content-Type": "application/json"}
-        | ({"Authorization": f"Bearer {gateway.key}"} if gateway.key else {}),
-        method="POST",
-    )
+    request = _request(gateway, kind)
     with urllib.request.urlopen(request, timeout=30) as response:
         return response.read().count(b"data:")
 
