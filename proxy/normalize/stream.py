@@ -52,6 +52,8 @@ from proxy.usage import Usage, canonical_usage, estimated_usage, sum_usage, usag
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "system_fingerprint"})
 _CHAT_CHOICE_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})
 _COMPLETION_CHOICE_KEYS = frozenset({"index", "text", "logprobs", "finish_reason"})
+# The end of an ordinary content chunk's frame, after its JSON-encoded text (``_ordinary``).
+_ORDINARY_TAIL = b'},"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 class _Failed:
@@ -96,6 +98,10 @@ class StreamNormalizer:
         self._complete = False  # a legacy dialect's own "this was the last event"
         self._text_chars = 0
         self._text_events = 0
+        # Frame heads for ordinary content chunks, by choice index (``_ordinary``); emptied
+        # whenever what they were made of changes (the fingerprint).
+        self._heads: dict[int, bytes] = {}
+        self._fast = self._chat and ctx.dialect == "openai"
 
     # -- input ---------------------------------------------------------------------------
 
@@ -103,13 +109,14 @@ class StreamNormalizer:
         if self.ended:
             return []
         data = event.data
-        if is_done(data):
-            return self._end(done=True)
-        if not data.strip():
-            return []
         try:
             payload = orjson.loads(data)
         except orjson.JSONDecodeError:
+            # Neither [DONE] nor a blank event is JSON: asked here, they cost a chunk nothing.
+            if is_done(data):
+                return self._end(done=True)
+            if not data.strip():
+                return []
             return self.fail(UpstreamProtocolError("The upstream sent an event that is not JSON"))
         if not isinstance(payload, dict):
             return self.fail(
@@ -118,6 +125,10 @@ class StreamNormalizer:
         if event.event == "error" or (payload.get("type") == "error" and "error" in payload):
             self.fixes.add(FIX_ERROR_EVENT)
             return self.fail(upstream_error(payload.get("error", payload)))
+        if self._fast:
+            frame = self._ordinary(payload)
+            if frame is not None:
+                return [frame]
         if self.ctx.dialect != "openai":
             adapted, complete = legacy.adapt_event(payload, self.ctx)
             self._complete = self._complete or complete
@@ -182,6 +193,74 @@ class StreamNormalizer:
             return []
         return [encode_data(orjson.dumps(self._envelope(out)))]
 
+    def _ordinary(self, payload: dict[str, Any]) -> bytes | None:
+        """The frame for an ordinary chat chunk, or None to take the general path (``_chunk``).
+
+        Nearly every chunk of a stream is one choice's next piece of text and nothing else. Once
+        that choice's role has gone out, such a chunk needs no fix and its frame differs from
+        the previous one only in the text, so the frame is a head made once per choice, the
+        JSON-encoded text and a constant tail: byte for byte what ``_chunk`` would write, in
+        about a third of the time. Anything else (a second choice in the chunk, a finish,
+        logprobs, usage, an error, any other delta key, a new fingerprint, an index the general
+        path would fix) goes the general way.
+        """
+        choices = payload.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        raw = choices[0]
+        if type(raw) is not dict:
+            return None
+        index = raw.get("index")
+        # Exactly int: True and 0.0 would find a head (they hash as 1 and 0), but the general
+        # path fixes them.
+        if type(index) is not int:
+            return None
+        delta = raw.get("delta")
+        if type(delta) is not dict or len(delta) != 1:
+            return None
+        content = delta.get("content")
+        if type(content) is not str or not content:
+            return None
+        if raw.get("finish_reason") is not None or raw.get("logprobs") is not None:
+            return None
+        if (
+            payload.get("usage") is not None
+            or "x_groq" in payload
+            or payload.get("error")
+            or payload.get("object") != self._object
+        ):
+            return None
+        fingerprint = payload.get("system_fingerprint")
+        if fingerprint is not None and fingerprint != self._fingerprint:
+            return None
+        head = self._heads.get(index)
+        if head is None:
+            head = self._ordinary_head(index)
+            if head is None:
+                return None
+        if FIX_EXTRAS not in self.fixes and not (
+            payload.keys() <= _CHUNK_KEYS and raw.keys() <= _CHAT_CHOICE_KEYS
+        ):
+            self.fixes.add(FIX_EXTRAS)
+        self._text_chars += len(content)
+        self._text_events += 1
+        return head + orjson.dumps(content) + _ORDINARY_TAIL
+
+    def _ordinary_head(self, index: int) -> bytes | None:
+        """The frame up to the text for choice ``index``, once the general path has set it up."""
+        if self._id is None or self._created is None:
+            return None  # the envelope is fixed by the first chunk, on the general path
+        if index < 0 or (index != 0 and self.ctx.n <= 1):
+            return None  # an index the general path fixes (and notes)
+        state = self._choices.get(index)
+        if state is None or not state.role_sent:
+            return None  # the choice's first chunk carries its role
+        envelope = orjson.dumps(self._envelope([]))
+        # '{..."choices":[]}' without its last '[]}', then this choice's opening.
+        head = b'data: %s[{"index":%d,"delta":{"content":' % (envelope[:-3], index)
+        self._heads[index] = head
+        return head
+
     def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         if self._id is None:
             self._id = make_id(self.ctx.endpoint)
@@ -212,8 +291,9 @@ class StreamNormalizer:
             if self._created is None:
                 self.fixes.add(FIX_ENVELOPE)
         fingerprint = payload.get("system_fingerprint")
-        if isinstance(fingerprint, str) and fingerprint:
+        if isinstance(fingerprint, str) and fingerprint and fingerprint != self._fingerprint:
             self._fingerprint = fingerprint
+            self._heads.clear()
 
     def _take_usage(self, payload: dict[str, Any]) -> None:
         raw = payload.get("usage")
