@@ -1,4 +1,4 @@
-"""The access log: one JSON line per API request on the ``proxy.access`` logger.
+"""The access log: one JSON line per API request, written to stderr (or any file descriptor).
 
 Fields (``access_record``): ts (ISO-8601 UTC, when the request finished), request_id, team,
 model, provider, endpoint, stream, status, error_type, upstream_error, prompt_tokens,
@@ -6,11 +6,18 @@ completion_tokens, cached_tokens, reasoning_tokens, usage_source, duration_s, tt
 overhead_s, upstream_s, client_disconnected, fixes. The tokens are those the metrics count
 (``proxy.metering.metered_usage``), null when nothing was metered. No key, prompt, completion or
 header is ever written: the ``Exchange`` holds none of them.
+
+The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
+descriptor, without ``logging``, which cost about 9 us and one write(2) per line. The lines of
+one event-loop turn are written together, in writes of at most ``PIPE_BUF`` bytes cut at line
+ends: workers share their stderr pipe, and a write that size is never interleaved with another.
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
+import os
+import select
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -66,20 +73,54 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class AccessLog(Observer):
-    """Writes ``access_record`` of each finished request as one line of JSON, made by one
-    ``orjson.dumps`` and handed to logging as a finished message (no per-field formatting)."""
+# The most a write(2) to a pipe may carry and still be atomic (POSIX: at least 512; Linux 4096).
+_ATOMIC = select.PIPE_BUF
+_LINE = orjson.OPT_UTC_Z | orjson.OPT_APPEND_NEWLINE
 
-    def __init__(
-        self, logger: logging.Logger | None = None, clock: Callable[[], datetime] = _now
-    ) -> None:
-        self._log = logger if logger is not None else logging.getLogger("proxy.access")
+
+class AccessLog(Observer):
+    """Writes ``access_record`` of each finished request to ``fd`` as one line of JSON, made by
+    one ``orjson.dumps``; the lines of a loop turn are written together at its end."""
+
+    def __init__(self, fd: int = 2, clock: Callable[[], datetime] = _now) -> None:
+        self._fd = fd
         self._clock = clock
+        self._pending: list[bytes] = []
 
     def finished(self, exchange: Exchange) -> None:
-        if not self._log.isEnabledFor(logging.INFO):
+        line = orjson.dumps(access_record(exchange, self._clock()), option=_LINE)
+        if not self._pending:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no loop (a tool, a test): nothing to batch with
+                self._pending.append(line)
+                self.flush()
+                return
+        self._pending.append(line)
+
+    def close(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        """Write out the lines held so far."""
+        lines, self._pending = self._pending, []
+        batch: list[bytes] = []
+        size = 0
+        for line in lines:
+            if batch and size + len(line) > _ATOMIC:
+                self._write(b"".join(batch))
+                batch, size = [], 0
+            batch.append(line)
+            size += len(line)
+        if batch:
+            self._write(b"".join(batch))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError:
+            # stderr closed or gone (EPIPE, EBADF): there is no one left to tell, and failing
+            # the requests, or the process, over their log lines would be worse.
             return
-        line = orjson.dumps(access_record(exchange, self._clock()), option=orjson.OPT_UTC_Z)
-        # What Logger.info does, less its walk up the stack for a caller nobody logs here.
-        log = self._log
-        log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line.decode(), (), None))

@@ -24,7 +24,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +61,11 @@ def run(loop_main: Callable[[], Any]) -> Any:
     return uvloop.run(loop_main())
 
 
-def make_observers(config: Config, registry: CollectorRegistry | None = None) -> list[Observer]:
-    """The observers every worker runs with: metrics (on ``registry``) and the access log."""
+def make_observers(
+    config: Config, registry: CollectorRegistry | None = None, access_log_fd: int = 2
+) -> list[Observer]:
+    """The observers every worker runs with: metrics (on ``registry``) and the access log (to
+    ``access_log_fd``, stderr unless a test reads it elsewhere)."""
     observers: list[Observer] = []
     if config.metrics.enabled:
         registry = registry if registry is not None else CollectorRegistry()
@@ -73,7 +76,7 @@ def make_observers(config: Config, registry: CollectorRegistry | None = None) ->
         ]
         observers.append(ProxyMetrics(registry, config.providers, deployments))
     if config.access_log:
-        observers.append(AccessLog())
+        observers.append(AccessLog(access_log_fd))
     return observers
 
 
@@ -115,6 +118,9 @@ async def serve_worker(
         extra_routes=metrics_routes(exposition, metrics.token) if on_main else (),
     )
     async with AsyncExitStack() as stack:
+        # Left last (last in, first out): once the listeners are down and the requests over,
+        # their last finished() calls (made a loop turn later) and then the observers' close.
+        stack.push_async_callback(_close_observers, app[STATE].observers)
         if metrics.enabled and metrics.port is not None:
             # Started first, so cleaned up last (last in, first out): scrapes keep working
             # while requests drain. Every worker binds it, as it binds the main port.
@@ -168,6 +174,12 @@ async def serve_worker(
             log.info("worker %d not ready; closing its listener in %g s", os.getpid(), delay)
             await asyncio.sleep(delay)
         log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
+
+
+async def _close_observers(observers: Sequence[Observer]) -> None:
+    await asyncio.sleep(0)  # the middleware's finished() calls wait a loop turn: let them run
+    for observer in observers:
+        observer.close()
 
 
 # Settings that belong to the listener or the process: a reload cannot change them.

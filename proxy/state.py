@@ -45,6 +45,9 @@ class Observer:
     def reloaded(self, ok: bool) -> None:
         """A configuration reload was applied (``ok``) or refused."""
 
+    def close(self) -> None:
+        """The worker is stopping, its requests are over: write out anything still held."""
+
 
 def deployment_key(model: Model, deployment: Deployment) -> DeploymentKey:
     return (model.name, deployment.provider, deployment.model)

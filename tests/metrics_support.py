@@ -122,11 +122,14 @@ class Stage:
     emulator_url: str
     runners: list[web.AppRunner] = field(default_factory=list)
 
-    def proxy(self, models: Mapping[str, Any], **extra: Any) -> Metered:
+    def proxy(
+        self, models: Mapping[str, Any], *, access_log_fd: int = 2, **extra: Any
+    ) -> Metered:
         config = config_for(self.emulator_url, models, **extra)
         registry = CollectorRegistry()
         routes = metrics_routes(Exposition(registry), config.metrics.token)
-        app = build_app(config, observers=make_observers(config, registry), extra_routes=routes)
+        observers = make_observers(config, registry, access_log_fd)
+        app = build_app(config, observers=observers, extra_routes=routes)
         port = free_port()
         self.runners.append(self.loop.call(lambda: start_site(app, port)))
         root = f"http://127.0.0.1:{port}"

@@ -3,12 +3,14 @@ a key, a prompt or a header."""
 
 from __future__ import annotations
 
-import logging
+import asyncio
+import select
+import socket
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 import orjson
@@ -109,17 +111,84 @@ def test_a_client_gone_before_any_response_is_a_499_without_tokens() -> None:
     assert record["ttft_s"] is None
 
 
-def test_nothing_is_formatted_when_the_logger_is_off() -> None:
-    logger = logging.getLogger("tests.access-log.off")
-    logger.setLevel(logging.WARNING)
-    clock_calls = []
+def _exchange(request_id: str, model: str = "llama") -> Exchange:
+    exchange = Exchange(request_id, "chat", 10.0, team="alpha", model=model, provider="emu")
+    exchange.status = 200
+    exchange.usage = Usage(8, 4, 12)
+    exchange.ended = 10.5
+    return exchange
 
-    def clock() -> datetime:
-        clock_calls.append(1)
-        return datetime.now(UTC)
 
-    AccessLog(logger, clock).finished(Exchange("req-44", "chat", 1.0))
-    assert clock_calls == []
+def _messages(sock: socket.socket) -> list[bytes]:
+    """What each write(2) to the other end carried (a SOCK_SEQPACKET keeps writes apart)."""
+    sock.setblocking(False)
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(1 << 20))
+        except BlockingIOError:
+            return out
+
+
+async def test_a_loop_turn_s_lines_go_out_together_in_atomic_writes() -> None:
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with reader, writer:
+        log = AccessLog(writer.fileno())
+        for i in range(40):  # about 18 kB of lines, all finished in one loop turn
+            log.finished(_exchange(f"req-{i:02}"))
+        assert _messages(reader) == []  # held until the turn ends
+        await asyncio.sleep(0)
+        writes = _messages(reader)
+    assert 1 < len(writes) < 40
+    for write in writes:
+        # Each at most PIPE_BUF (atomic on the pipe the workers share), cut at a line end.
+        assert len(write) <= select.PIPE_BUF and write.endswith(b"\n")
+    lines = b"".join(writes).splitlines()
+    assert [orjson.loads(line)["request_id"] for line in lines] == [
+        f"req-{i:02}" for i in range(40)
+    ]
+
+
+async def test_a_line_longer_than_an_atomic_write_goes_out_whole_and_alone() -> None:
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with reader, writer:
+        log = AccessLog(writer.fileno())
+        log.finished(_exchange("before"))
+        log.finished(_exchange("long", model="m" * select.PIPE_BUF))
+        log.finished(_exchange("after"))
+        await asyncio.sleep(0)
+        writes = _messages(reader)
+    assert [orjson.loads(w)["request_id"] for w in writes] == ["before", "long", "after"]
+    assert len(writes[1]) > select.PIPE_BUF
+
+
+async def test_close_writes_what_is_held() -> None:
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with reader, writer:
+        log = AccessLog(writer.fileno())
+        log.finished(_exchange("held"))
+        log.close()
+        assert [orjson.loads(w)["request_id"] for w in _messages(reader)] == ["held"]
+        await asyncio.sleep(0)  # the turn's own flush then finds nothing left to write
+        assert _messages(reader) == []
+
+
+def test_without_a_loop_each_line_is_written_at_once(tmp_path: Path) -> None:
+    with open(tmp_path / "access.log", "wb") as file:
+        AccessLog(file.fileno()).finished(_exchange("now"))
+        assert orjson.loads((tmp_path / "access.log").read_bytes())["request_id"] == "now"
+
+
+async def test_a_closed_stderr_fails_no_request() -> None:
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    reader.close()  # the reading end gone: EPIPE
+    with writer:
+        log = AccessLog(writer.fileno())
+        log.finished(_exchange("lost"))
+        await asyncio.sleep(0)
+    log = AccessLog(-1)  # EBADF
+    log.finished(_exchange("lost"))
+    await asyncio.sleep(0)
 
 
 @pytest.fixture(scope="module")
@@ -128,11 +197,18 @@ def running() -> Iterator[Stage]:
         yield built
 
 
+@pytest.fixture
+def access_file(tmp_path: Path) -> Iterator[BinaryIO]:
+    """A file for an in-process proxy's access log, open until the test is over."""
+    with (tmp_path / "access.log").open("wb") as file:
+        yield file
+
+
 async def test_one_line_per_api_request_and_no_secrets(
-    running: Stage, caplog: pytest.LogCaptureFixture
+    running: Stage, access_file: BinaryIO
 ) -> None:
-    caplog.set_level(logging.INFO, logger="proxy.access")
-    proxy = running.proxy(MODELS, access_log=True)
+    log_path = Path(access_file.name)
+    proxy = running.proxy(MODELS, access_log=True, access_log_fd=access_file.fileno())
     chat = f"{proxy.url}/chat/completions"
     messages = [{"role": "user", "content": SECRET_PROMPT}]
     sent: list[tuple[int, str]] = []
@@ -161,8 +237,11 @@ async def test_one_line_per_api_request_and_no_secrets(
             async with session.get(proxy.root + path) as response:
                 assert response.status == 200
 
+    def log_text() -> str:
+        return log_path.read_text()
+
     def lines() -> list[dict[str, Any]]:
-        return [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "proxy.access"]
+        return [orjson.loads(line) for line in log_text().splitlines()]
 
     wait_for(lambda: len(lines()) >= len(requests), "the access log lines", seconds=10)
     logged = lines()
@@ -179,7 +258,7 @@ async def test_one_line_per_api_request_and_no_secrets(
     teams = ["alpha", "beta", "alpha", "alpha", "unknown", "alpha"]
     assert [line["team"] for line in logged] == teams
     assert [line["model"] for line in logged][3:] == ["unknown", "unknown", "unknown"]
-    text = caplog.text
+    text = log_text()
     for secret in (ALPHA_KEY, BETA_KEY, MADE_UP_KEY, SECRET_PROMPT, "Bearer", "Authorization"):
         assert secret not in text
 
@@ -207,3 +286,33 @@ def test_serve_writes_json_lines_to_stderr(running: Stage, tmp_path: Path) -> No
         wait_for(lambda: len(logged()) == 3, "three access log lines")
     assert [line["request_id"] for line in logged()] == ["cli-0", "cli-1", "cli-2"]
     assert all(line["endpoint"] == "models" and line["status"] == 200 for line in logged())
+
+
+def test_workers_sharing_stderr_never_cut_a_line(running: Stage, tmp_path: Path) -> None:
+    """Two workers, one stderr pipe, hundreds of lines at once: every line arrives whole."""
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, MODELS, access_log=True)
+    count = 600
+    with serve(config, 2, tmp_path / "tmp") as served:
+
+        async def load() -> None:
+            headers = {"Authorization": f"Bearer {ALPHA_KEY}"}
+            async with aiohttp.ClientSession(headers=headers) as session:
+
+                async def one(i: int) -> None:
+                    async with session.get(
+                        f"{served.url}/models", headers={"X-Request-Id": f"many-{i}"}
+                    ) as response:
+                        assert response.status == 200
+                        await response.read()
+
+                for start in range(0, count, 64):
+                    await asyncio.gather(*(one(i) for i in range(start, min(start + 64, count))))
+
+        asyncio.run(load())
+
+        def logged() -> list[str]:
+            return [line for line in served.lines if '"request_id"' in line]
+
+        wait_for(lambda: len(logged()) >= count, f"{count} access log lines")
+    ids = sorted(orjson.loads(line)["request_id"] for line in logged())
+    assert ids == sorted(f"many-{i}" for i in range(count))
