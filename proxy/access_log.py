@@ -15,7 +15,6 @@ ends: workers share their stderr pipe, and a write that size is never interleave
 
 from __future__ import annotations
 
-import asyncio
 import os
 import select
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from proxy.batch import TurnBatch
 from proxy.exchange import Exchange
 from proxy.metering import (
     counted_fixes,
@@ -86,17 +86,11 @@ class AccessLog(Observer):
         self._fd = fd
         self._clock = clock
         self._pending: list[bytes] = []
+        self._batch = TurnBatch(self.flush)
 
     def finished(self, exchange: Exchange) -> None:
-        line = orjson.dumps(access_record(exchange, self._clock()), option=_LINE)
-        if not self._pending:
-            try:
-                asyncio.get_running_loop().call_soon(self.flush)
-            except RuntimeError:  # no loop (a tool, a test): nothing to batch with
-                self._pending.append(line)
-                self.flush()
-                return
-        self._pending.append(line)
+        self._pending.append(orjson.dumps(access_record(exchange, self._clock()), option=_LINE))
+        self._batch.touch()
 
     def close(self) -> None:
         self.flush()

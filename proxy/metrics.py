@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.app import error_response
+from proxy.batch import TurnBatch
 from proxy.config import Deployment
 from proxy.errors import AuthenticationFailed
 from proxy.exchange import Exchange
@@ -227,6 +228,12 @@ class ProxyMetrics(Observer):
         # The gauge child of each stream in flight, by id() of its exchange (which is alive, and
         # so keeps its id, until finished() has run).
         self._streaming: dict[int, Gauge] = {}
+        # Counter increments and gauge moves of this loop turn, by child, written at its end:
+        # with several workers each write goes to a memory-mapped file under a lock, which made
+        # metrics about half the cost of a request's observers (bench/metering.py).
+        self._counts: dict[Counter, float] = {}
+        self._moves: dict[Gauge, float] = {}
+        self._batch = TurnBatch(self.flush)
         self._routes: dict[tuple[str, str, str, str, str, str], _Route] = {}
         for endpoint in ENDPOINTS:
             self.requests_in_flight(endpoint)
@@ -238,11 +245,11 @@ class ProxyMetrics(Observer):
                 self.normalization_fixes(provider, fix)
 
     def started(self, exchange: Exchange) -> None:
-        self.requests_in_flight(endpoint_label(exchange)).inc()
+        self._move(self.requests_in_flight(endpoint_label(exchange)), 1)
 
     def stream_started(self, exchange: Exchange) -> None:
         gauge = self.streams_in_flight(exchange.provider)
-        gauge.inc()
+        self._move(gauge, 1)
         self._streaming[id(exchange)] = gauge
 
     def finished(self, exchange: Exchange) -> None:
@@ -259,16 +266,18 @@ class ProxyMetrics(Observer):
         route = self._routes.get(key)
         if route is None:
             route = self._routes[key] = self._route(*key)
-        route.in_flight.dec()
+        self._move(route.in_flight, -1)
         streaming = self._streaming.pop(id(exchange), None)
         if streaming is not None:
-            streaming.dec()
-        route.requests.inc()
+            self._move(streaming, -1)
+        count = self._count
+        count(route.requests, 1)
         usage = metered_usage(exchange, status)
         if usage is not None:
-            for token_type, count in token_counts(usage):
-                if count:
-                    self.tokens(team, model, provider, token_type, usage.source).inc(count)
+            for token_type, tokens in token_counts(usage):
+                if tokens:
+                    count(self.tokens(team, model, provider, token_type, usage.source), tokens)
+        # Observations are not summed: each lands in its own bucket.
         route.duration.observe(exchange.duration)
         route.overhead.observe(exchange.overhead)
         ttft = time_to_first_token(exchange)
@@ -276,14 +285,38 @@ class ProxyMetrics(Observer):
             self.time_to_first_token(model, provider).observe(ttft)
         kind = upstream_error_kind(exchange)
         if kind is not None:
-            self.upstream_errors(provider, kind).inc()
+            count(self.upstream_errors(provider, kind), 1)
         for failed_provider, failed_kind in exchange.retried:
-            self.upstream_errors(failed_provider, failed_kind).inc()
-            self.upstream_retries(model, failed_provider).inc()
+            count(self.upstream_errors(failed_provider, failed_kind), 1)
+            count(self.upstream_retries(model, failed_provider), 1)
         if exchange.client_disconnected:
-            self.client_disconnects(team, model, provider).inc()
+            count(self.client_disconnects(team, model, provider), 1)
         for fix in counted_fixes(exchange):
-            self.normalization_fixes(provider, fix).inc()
+            count(self.normalization_fixes(provider, fix), 1)
+
+    def close(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        """Write this turn's increments: counters first, in-flight gauges last, so that a reader
+        who sees a request no longer in flight also sees it counted."""
+        counts, self._counts = self._counts, {}
+        moves, self._moves = self._moves, {}
+        for counter, amount in counts.items():
+            counter.inc(amount)
+        for gauge, amount in moves.items():
+            if amount:  # a request that started and ended within the turn moves nothing
+                gauge.inc(amount)
+
+    def _count(self, counter: Counter, amount: float) -> None:
+        counts = self._counts
+        counts[counter] = counts.get(counter, 0) + amount
+        self._batch.touch()
+
+    def _move(self, gauge: Gauge, amount: float) -> None:
+        moves = self._moves
+        moves[gauge] = moves.get(gauge, 0) + amount
+        self._batch.touch()
 
     def circuit_changed(self, model: str, deployment: Deployment, state: str) -> None:
         labels = (model, deployment.provider, deployment.model)

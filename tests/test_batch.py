@@ -1,0 +1,97 @@
+"""Work held for the end of a loop turn (``proxy.batch``), and the metrics that use it: what a
+turn's requests add is written once, and a reader never sees a request out of flight before
+it is counted."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+
+from proxy.batch import TurnBatch
+from proxy.exchange import Exchange
+from proxy.metrics import Exposition, ProxyMetrics
+from proxy.usage import Usage
+from tests.metrics_support import read_samples, total
+
+
+async def test_one_flush_per_loop_turn() -> None:
+    flushes: list[int] = []
+    batch = TurnBatch(lambda: flushes.append(1))
+    for _ in range(5):
+        batch.touch()
+    assert flushes == []  # held until the turn ends
+    await asyncio.sleep(0)
+    assert flushes == [1]
+    batch.touch()
+    await asyncio.sleep(0)
+    assert flushes == [1, 1]
+    await asyncio.sleep(0)
+    assert flushes == [1, 1]  # nothing touched, nothing flushed
+
+
+def test_without_a_loop_touch_flushes_at_once() -> None:
+    flushes: list[int] = []
+    TurnBatch(lambda: flushes.append(1)).touch()
+    assert flushes == [1]
+
+
+def _exchange(i: int) -> Exchange:
+    exchange = Exchange(f"req-{i}", "chat", 1.0, team="alpha", model="llama", provider="emu")
+    exchange.status = 200
+    exchange.usage = Usage(3, 2, 5)
+    exchange.ended = 1.25
+    return exchange
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return total(read_samples(Exposition(registry).render().decode()), name, **labels)
+
+
+async def test_metrics_of_a_turn_are_written_at_its_end() -> None:
+    registry = CollectorRegistry()
+    metrics = ProxyMetrics(registry, ["emu"])
+    long_running = _exchange(0)
+    metrics.started(long_running)
+    await asyncio.sleep(0)
+    assert _value(registry, "llm_proxy_requests_in_flight") == 1
+
+    for i in range(1, 4):  # three requests that start and end within one turn
+        exchange = _exchange(i)
+        metrics.started(exchange)
+        metrics.finished(exchange)
+    assert _value(registry, "llm_proxy_requests_total") == 0
+    # Histograms are observed at once: each observation has its own bucket.
+    assert _value(registry, "llm_proxy_request_duration_seconds_count") == 3
+    await asyncio.sleep(0)
+    assert _value(registry, "llm_proxy_requests_total", team="alpha", status_class="2xx") == 3
+    assert _value(registry, "llm_proxy_tokens_total", type="prompt") == 9
+    assert _value(registry, "llm_proxy_tokens_total", type="completion") == 6
+    assert _value(registry, "llm_proxy_requests_in_flight") == 1
+
+    metrics.finished(long_running)
+    metrics.close()  # a stopping worker writes what it holds without waiting for the turn
+    assert _value(registry, "llm_proxy_requests_total") == 4
+    assert _value(registry, "llm_proxy_requests_in_flight") == 0
+
+
+async def test_counts_are_written_before_in_flight_moves() -> None:
+    """A reader that sees a request no longer in flight also sees it counted (tests rely on it,
+    and so does anyone reading the two together)."""
+    registry = CollectorRegistry()
+    metrics = ProxyMetrics(registry, ["emu"])
+    exchange = _exchange(0)
+    metrics.started(exchange)
+    await asyncio.sleep(0)
+    seen: list[tuple[float, float]] = []
+    gauge = metrics.requests_in_flight("chat")
+    move = gauge.inc
+
+    def watched(amount: float = 1) -> None:
+        seen.append((_value(registry, "llm_proxy_requests_total"), amount))
+        move(amount)
+
+    gauge.inc = watched  # type: ignore[method-assign]
+    metrics.finished(exchange)
+    await asyncio.sleep(0)
+    assert seen == [(1, -1)]
