@@ -71,9 +71,13 @@ def direct(nginx: Service, nginx_port: int) -> Gateway:
     )
 
 
-def start_ours(nginx_port: int, workers: int, out: Path) -> Gateway:
+def start_ours(
+    nginx_port: int, workers: int, out: Path, source: Path | None = None, name: str = "ours"
+) -> Gateway:
+    """``llm-proxy serve`` in front of nginx; ``source``: a checkout whose ``proxy`` package
+    to run instead of the installed one (bench/ab.py compares two)."""
     port = free_port()
-    config = out / "ours.yaml"
+    config = out / f"{name}.yaml"
     lines = [
         f"server: {{host: 127.0.0.1, port: {port}, workers: {workers}, drain_seconds: 5}}",
         "metrics: {enabled: true}",
@@ -87,14 +91,15 @@ def start_ours(nginx_port: int, workers: int, out: Path) -> Gateway:
     config.write_text("\n".join(lines) + "\n")
     # The access log (stderr) goes to a file: run.py reads every status in it afterwards.
     service = Service(
-        "ours",
+        name,
         [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
-        out / "ours.log",
+        out / f"{name}.log",
+        env={"PYTHONPATH": str(source)} if source is not None else None,
     )
     wait_http(f"http://127.0.0.1:{port}/readyz", service)
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     return Gateway(
-        "ours",
+        name,
         service,
         dict.fromkeys(KINDS, url),
         {k: f"bench-{k}" for k in KINDS},

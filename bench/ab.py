@@ -1,0 +1,156 @@
+"""A/B: what a change bought, measured against its baseline in the same run (not a test).
+
+    python bench/ab.py BASE [NEW] [--rounds 5] [--seconds 5] [--workers 2]
+                       [--profiles plain-64,plain-1,stream-16]
+
+BASE and NEW are git revisions of this repository (NEW defaults to the working tree as it is,
+uncommitted changes included); each is checked out in a temporary worktree and served by its
+own ``llm-proxy serve`` (N workers, metrics and access log on, the same configuration), both in
+front of one nginx (bench/canned.py). The profiles then run on A and B in turns, the order
+flipped every round, so that the noise of a shared machine falls on both alike; the report is
+the median of the rounds for each, and the ratio B/A. For plain-1 the figure is the p50 latency
+(lower is better); for the others, requests or streams per second.
+
+A full benchmark (bench/run.py) measures where the proxy stands; this measures one change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import canned
+import gateways
+import load
+from gateways import Gateway
+from procs import Service, free_port, wait_http
+
+ROOT = Path(__file__).resolve().parent.parent
+LATENCY = {"plain-1"}  # profiles judged by p50 latency, not by rate
+
+
+@contextmanager
+def checkout(revision: str | None, into: Path) -> Iterator[Path]:
+    """The source tree of ``revision`` (None: the working tree itself)."""
+    if revision is None:
+        yield ROOT
+        return
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(into), revision],
+        check=True,
+    )
+    try:
+        yield into
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(into)], check=False
+        )
+
+
+def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> float | None:
+    if profile.kind == "plain":
+        outcome = load.run_wrk(gateway, profile, seconds)
+    else:
+        outcome = load.run_streams(gateway, profile, seconds, timeout=60)
+    if outcome.failed or outcome.errors:
+        print(f"  {gateway.name} {profile.name}: {outcome.failed or outcome.errors}", flush=True)
+        return None
+    return outcome.p50_ms if profile.name in LATENCY else outcome.rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base", help="the baseline's git revision")
+    parser.add_argument("new", nargs="?", help="the revision to compare (default: work tree)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=5, help="per profile, per round")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--profiles", default="plain-64,plain-1,stream-16")
+    args = parser.parse_args()
+    profiles = [load.PROFILES[name] for name in args.profiles.split(",")]
+    if any(p.kind == "slow" or p.name == "soak" for p in profiles):
+        parser.error("slow-1000 and soak are whole runs of their own: use bench/run.py")
+
+    with tempfile.TemporaryDirectory(prefix="ab-") as tmp_name:
+        tmp = Path(tmp_name)
+        tmp.chmod(0o711)  # nginx's workers (user nobody) read the canned answers in here
+        nginx_port = free_port()
+        conf = canned.write_upstream(tmp / "nginx", nginx_port, 0.05)
+        nginx = Service("nginx", ["nginx", "-c", str(conf), "-p", str(conf.parent)], tmp / "n.log")
+        started: list[Gateway] = []
+        try:
+            wait_http(f"http://127.0.0.1:{nginx_port}/healthz", nginx, 10)
+            with (
+                checkout(args.base, tmp / "a") as source_a,
+                checkout(args.new, tmp / "b") as source_b,
+            ):
+                for name, source in (("A", source_a), ("B", source_b)):
+                    started.append(gateways.start_ours(nginx_port, args.workers, tmp, source, name))
+                results = run_rounds(started, profiles, args.rounds, args.seconds)
+                for gateway in started:
+                    gateway.stop()
+        finally:
+            for gateway in started:
+                gateway.stop()
+            nginx.stop()
+    report(args, profiles, results)
+    return 0
+
+
+def run_rounds(
+    pair: list[Gateway], profiles: list[load.Profile], rounds: int, seconds: int
+) -> dict[str, dict[str, list[float]]]:
+    results: dict[str, dict[str, list[float]]] = {
+        g.name: {p.name: [] for p in profiles} for g in pair
+    }
+    for gateway in pair:
+        for kind in {p.kind for p in profiles}:
+            problem = load.check_request(gateway, kind)
+            if problem is not None:
+                raise SystemExit(f"{gateway.name} answers {kind} wrongly: {problem}")
+    for round_number in range(rounds):
+        order = pair if round_number % 2 == 0 else pair[::-1]
+        for profile in profiles:
+            for gateway in order:
+                value = measure(gateway, profile, seconds)
+                if value is not None:
+                    results[gateway.name][profile.name].append(value)
+        figures = ", ".join(
+            f"{p.name} {_last(results['A'][p.name])} -> {_last(results['B'][p.name])}"
+            for p in profiles
+        )
+        print(f"round {round_number + 1}/{rounds}: {figures}", flush=True)
+    return results
+
+
+def _last(values: list[float]) -> str:
+    return f"{values[-1]:.4g}" if values else "-"
+
+
+def report(
+    args: argparse.Namespace,
+    profiles: list[load.Profile],
+    results: dict[str, dict[str, list[float]]],
+) -> None:
+    print(f"\nA = {args.base}, B = {args.new or 'working tree'}; medians of {args.rounds} rounds")
+    for profile in profiles:
+        a, b = results["A"][profile.name], results["B"][profile.name]
+        if not a or not b:
+            print(f"  {profile.name:10} no figures")
+            continue
+        median_a, median_b = statistics.median(a), statistics.median(b)
+        unit = "ms p50" if profile.name in LATENCY else "/s"
+        print(
+            f"  {profile.name:10} A {median_a:10.3f} {unit:6}  B {median_b:10.3f} {unit:6}"
+            f"  B/A {median_b / median_a:5.3f}"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
