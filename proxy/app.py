@@ -10,6 +10,7 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from time import perf_counter
 from typing import Final
 
 import aiohttp
@@ -84,7 +85,7 @@ async def exchange_middleware(
                 raise
             return error_response(_http_error(exc))
     loop = asyncio.get_running_loop()
-    exchange = Exchange(_request_id(request, state.runtime), endpoint or "other", loop.time())
+    exchange = Exchange(_request_id(request, state.runtime), endpoint or "other", perf_counter())
     request[EXCHANGE] = exchange
     for observer in state.observers:
         observer.started(exchange)
@@ -107,7 +108,7 @@ async def exchange_middleware(
         if not exchange.status and not exchange.client_disconnected:
             exchange.status = response.status
     finally:
-        exchange.ended = loop.time()
+        exchange.ended = perf_counter()
         # After the response has gone out (aiohttp writes it as soon as this returns): the
         # client does not wait for metrics and the access log.
         loop.call_soon(_finished, state.observers, exchange)

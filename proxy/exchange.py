@@ -16,9 +16,13 @@ NO_PROVIDER = "none"
 
 @dataclass(slots=True)
 class Exchange:
+    """One API request as metering sees it. Its times are ``time.perf_counter()`` values, never
+    ``loop.time()``: under uvloop that is libuv's clock, in whole milliseconds and fixed for a
+    whole loop turn, so a request's overhead read 0 or 1 ms and its waits summed wrongly."""
+
     request_id: str
     endpoint: str  # "chat", "completions", "models"
-    started: float  # loop.time() when the request arrived
+    started: float  # when the request arrived
     team: str = UNKNOWN_TEAM
     model: str = UNKNOWN_MODEL  # a configured model name, never one a client made up
     provider: str = NO_PROVIDER
@@ -33,7 +37,7 @@ class Exchange:
     fixes: frozenset[str] = field(default_factory=frozenset)
     upstream_wait: float = 0.0  # seconds spent waiting for the upstream
     client_wait: float = 0.0  # seconds spent waiting for the client to take what was written
-    first_token_at: float | None = None  # loop.time() of the first content byte sent
+    first_token_at: float | None = None  # when the first content byte was sent
     ended: float = 0.0
     client_disconnected: bool = False
 

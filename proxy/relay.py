@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
+from time import perf_counter
 from typing import Final
 
 import aiohttp
@@ -61,8 +62,7 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
     """A non-streamed answer: read it whole (bounded), normalize it, send it."""
     if answer.is_event_stream:
         return await _stream_as_whole(answer, exchange)
-    loop = asyncio.get_running_loop()
-    waited = loop.time()
+    waited = perf_counter()
     timer = answer.timer
     timer.move(answer.deadline)
     try:
@@ -73,7 +73,7 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
         raise _total_timeout(answer) from None
     finally:
         timer.close()
-        exchange.upstream_wait += loop.time() - waited
+        exchange.upstream_wait += perf_counter() - waited
         answer.response.close()
     normalized = answer.family.response(raw, answer.ctx)
     exchange.usage = normalized.usage
@@ -157,8 +157,10 @@ async def _pump(
     data = b""
     try:
         while not normalizer.ended:
-            started = loop.time()
-            timer.move(min(started + wait, deadline))
+            # Two clocks: the loop's for deadlines (what its timers run on), perf_counter for
+            # the waits metered (see Exchange).
+            timer.move(min(loop.time() + wait, deadline))
+            started = perf_counter()
             waiting = "upstream"
             try:
                 data = await read()
@@ -169,7 +171,7 @@ async def _pump(
                 frames = normalizer.fail(exc)
             else:
                 frames = _feed(normalizer, events, not data)
-            now = loop.time()
+            now = perf_counter()
             exchange.upstream_wait += now - started
             wait = timeouts.idle
             if not frames:
@@ -181,13 +183,13 @@ async def _pump(
                 response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
                 await response.prepare(request)
                 exchange.status = 200
-                exchange.first_token_at = loop.time()
+                exchange.first_token_at = perf_counter()
             if normalizer.error is not None:
                 _failed_after_first_byte(exchange, normalizer.error)
-            timer.move(now + timeouts.idle)
+            timer.move(loop.time() + timeouts.idle)
             waiting = "client"
             await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
-            exchange.client_wait += loop.time() - now
+            exchange.client_wait += perf_counter() - now
         timer.move(loop.time() + timeouts.idle)
         waiting = "client"
         assert response is not None  # the loop ends once the normalizer has said its last
@@ -260,8 +262,7 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
     normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
     decoder = SSEDecoder()
     frames: list[bytes] = []
-    loop = asyncio.get_running_loop()
-    waited = loop.time()
+    waited = perf_counter()
     timer = answer.timer
     timer.move(answer.deadline)
     try:
@@ -276,7 +277,7 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
         raise _total_timeout(answer) from None
     finally:
         timer.close()
-        exchange.upstream_wait += loop.time() - waited
+        exchange.upstream_wait += perf_counter() - waited
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
         answer.response.close()
@@ -302,7 +303,7 @@ async def _whole_as_stream(
     try:
         await response.prepare(request)
         exchange.status = 200
-        exchange.first_token_at = asyncio.get_running_loop().time()
+        exchange.first_token_at = perf_counter()
         await response.write(b"".join(frames_from_response(whole.body, answer.ctx)))
         await response.write_eof()
     except ConnectionResetError:

@@ -288,6 +288,42 @@ def test_serve_writes_json_lines_to_stderr(running: Stage, tmp_path: Path) -> No
     assert all(line["endpoint"] == "models" and line["status"] == 200 for line in logged())
 
 
+def test_times_are_finer_than_the_event_loop_s_clock(running: Stage, tmp_path: Path) -> None:
+    """Under uvloop (what serve runs on), loop.time() is in whole milliseconds and fixed for a
+    loop turn: durations, waits and overheads measured on it came out 0.0 or 0.001."""
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, MODELS, access_log=True)
+    with serve(config, 1, tmp_path / "tmp") as served:
+        for i in range(12):
+            body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}]}
+            if i % 3 == 0:
+                body["stream"] = True
+            request = urllib.request.Request(
+                f"{served.url}/chat/completions",
+                data=orjson.dumps(body),
+                headers={
+                    "Authorization": f"Bearer {ALPHA_KEY}",
+                    "Content-Type": "application/json",
+                },
+            )
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 200
+                response.read()
+
+        def logged() -> list[dict[str, Any]]:
+            return [orjson.loads(line) for line in served.lines if '"request_id"' in line]
+
+        wait_for(lambda: len(logged()) == 12, "twelve access log lines")
+    lines = logged()
+    for line in lines:
+        assert line["duration_s"] > 0 and line["upstream_s"] > 0 and line["overhead_s"] > 0
+        assert line["duration_s"] >= line["upstream_s"] + line["overhead_s"] - 2e-6  # rounding
+        if line["stream"]:
+            assert 0 < line["ttft_s"] <= line["duration_s"]
+    # Microseconds, not whole milliseconds (twelve multiples of 1 ms by chance: about 1e-36).
+    assert any(round(line["duration_s"] * 1e6) % 1000 for line in lines)
+    assert any(round(line["overhead_s"] * 1e6) % 1000 for line in lines)
+
+
 def test_workers_sharing_stderr_never_cut_a_line(running: Stage, tmp_path: Path) -> None:
     """Two workers, one stderr pipe, hundreds of lines at once: every line arrives whole."""
     config = write_config(tmp_path / "proxy.yaml", running.emulator_url, MODELS, access_log=True)
