@@ -113,7 +113,12 @@ class AccessLog(Observer):
         view = memoryview(data)
         try:
             while view:
-                view = view[os.write(self._fd, view) :]
+                try:
+                    view = view[os.write(self._fd, view) :]
+                except BlockingIOError:
+                    # A non-blocking stderr (some supervisors make one) that is full: wait as a
+                    # blocking write would, rather than lose the lines.
+                    select.select([], [self._fd], [], 1.0)
         except OSError:
             # stderr closed or gone (EPIPE, EBADF): there is no one left to tell, and failing
             # the requests, or the process, over their log lines would be worse.

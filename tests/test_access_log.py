@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import select
 import socket
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -177,6 +179,30 @@ def test_without_a_loop_each_line_is_written_at_once(tmp_path: Path) -> None:
     with open(tmp_path / "access.log", "wb") as file:
         AccessLog(file.fileno()).finished(_exchange("now"))
         assert orjson.loads((tmp_path / "access.log").read_bytes())["request_id"] == "now"
+
+
+def test_a_full_non_blocking_stderr_loses_no_line() -> None:
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with reader, writer:
+        writer.setblocking(False)
+        writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        log = AccessLog(writer.fileno())
+        received = bytearray()
+        done = threading.Event()
+
+        def drain() -> None:  # a slow reader: the writer finds the buffer full many times
+            while not done.is_set() or received.count(b"\n") < 200:
+                time.sleep(0.001)
+                received.extend(reader.recv(1024))
+
+        thread = threading.Thread(target=drain)
+        thread.start()
+        for i in range(200):
+            log.finished(_exchange(f"req-{i:03}"))  # no loop: each written at once
+        done.set()
+        thread.join(10)
+    ids = [orjson.loads(line)["request_id"] for line in bytes(received).splitlines()]
+    assert ids == [f"req-{i:03}" for i in range(200)]
 
 
 async def test_a_closed_stderr_fails_no_request() -> None:
