@@ -122,9 +122,7 @@ class Stage:
     emulator_url: str
     runners: list[web.AppRunner] = field(default_factory=list)
 
-    def proxy(
-        self, models: Mapping[str, Any], *, access_log_fd: int = 2, **extra: Any
-    ) -> Metered:
+    def proxy(self, models: Mapping[str, Any], *, access_log_fd: int = 2, **extra: Any) -> Metered:
         config = config_for(self.emulator_url, models, **extra)
         registry = CollectorRegistry()
         routes = metrics_routes(Exposition(registry), config.metrics.token)
