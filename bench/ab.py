@@ -54,10 +54,7 @@ def checkout(revision: str | None, into: Path) -> Iterator[Path]:
 
 
 def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> float | None:
-    if profile.kind == "plain":
-        outcome = load.run_wrk(gateway, profile, seconds)
-    else:
-        outcome = load.run_streams(gateway, profile, seconds, timeout=60)
+    outcome = load.run_wrk(gateway, profile, seconds)  # as bench/run.py loads these profiles
     if outcome.failed or outcome.errors:
         print(f"  {gateway.name} {profile.name}: {outcome.failed or outcome.errors}", flush=True)
         return None
@@ -114,6 +111,8 @@ def run_rounds(
             problem = load.check_request(gateway, kind)
             if problem is not None:
                 raise SystemExit(f"{gateway.name} answers {kind} wrongly: {problem}")
+        for profile in profiles:
+            load.run_wrk(gateway, profile, 2)  # warm-up, not counted (as bench/run.py does)
     for round_number in range(rounds):
         order = pair if round_number % 2 == 0 else pair[::-1]
         for profile in profiles:
