@@ -3,8 +3,8 @@
 Observers run once per request, and under load many requests end in the same loop turn: what
 each would write on its own (an access log line, a metric's increment into a shared memory map)
 is cheaper written once for all of them. The holder adds to its own pending state, then calls
-``touch``; its ``flush`` runs at the start of the next turn, before any newly arrived request
-is handled. Without a running loop (a tool, a test), ``touch`` flushes at once.
+``touch``; its ``flush`` runs once, as a callback of the next turn (``call_soon``). Without a
+running loop (a tool, a test), ``touch`` flushes at once.
 """
 
 from __future__ import annotations
