@@ -83,6 +83,24 @@ class SSEDecoder:
                 data = data[3:]
                 if not data:
                     return []
+        if (
+            data.startswith(b"data: ")
+            and data.find(b"\n") == len(data) - 2
+            and data.endswith(b"\n\n")
+            and not self._tail
+            and not self._data
+            and not self._event
+            and self._retry is None
+            and b"\r" not in data
+        ):
+            # The read is one whole event of one data line, nothing pending before it: what an
+            # upstream that flushes every event (a slow stream) sends. Its event, without the
+            # line-by-line pass (the general path below gives the same). A CR that ended the
+            # previous read ended its line; this read does not open with the LF of a CRLF.
+            if len(data) - 7 > self._max:
+                raise _too_large(self._max)
+            self._after_cr = False
+            return [Event(data[6:-2], "message", self._last_id, None)]
         if b"\n" not in data and b"\r" not in data:
             # No line ends here: park the read (no copy) until one arrives.
             self._after_cr = False

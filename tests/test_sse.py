@@ -361,3 +361,52 @@ def test_small_limit_only_ever_raises_upstream_protocol_error(
     except UpstreamProtocolError:
         return
     assert got == expected
+
+
+# Reads that are each one whole "data: ...\n\n" event take a shortcut in the decoder; what comes
+# before such a read (a pending field, a tail, a CR) must send it the general way.
+ONE_EVENT_READS = st.lists(
+    st.sampled_from(
+        [
+            b"data: {}\n\n",
+            b"data: \n\n",
+            b"data: a b\x00c\n\n",
+            b"data:  two spaces\n\n",
+            b"data: [DONE]\n\n",
+            b"event: e\n",
+            b"id: 7\n",
+            b"retry: 5\n",
+            b"data: x\n",  # an event left open: the next read's blank line closes it
+            b"data: partial",  # a line left open
+            b"\r",
+            b"\n",
+            b"data: cr\r\n\r\n",
+            b": comment\n\n",
+            b"data: x\n\ndata: y\n\n",
+        ]
+    ),
+    max_size=12,
+)
+
+
+@given(reads=ONE_EVENT_READS)
+def test_one_event_reads_decode_as_the_spec_says(reads: list[bytes]) -> None:
+    stream = b"".join(reads)
+    events = decode(reads)
+    assert events == reference(stream)
+    assert events == decode(byte_by_byte(stream))  # never a one-event read: the general path
+
+
+def test_one_event_read_keeps_the_last_id_and_the_limit() -> None:
+    """The limit counts the event's data and its LF, as the general path does for a whole
+    line: 7 bytes of data fit in 8, 8 do not."""
+    decoder = SSEDecoder(max_event_bytes=8)
+    assert decoder.feed(b"id: 3\n\n") == []
+    assert decoder.feed(b"data: 1234567\n\n") == [Event(b"1234567", "message", "3", None)]
+    with pytest.raises(UpstreamProtocolError):
+        decoder.feed(b"data: 12345678\n\n")
+    # The same reads behind a comment line never take the shortcut: the same answers.
+    general = SSEDecoder(max_event_bytes=8)
+    assert general.feed(b":c\ndata: 1234567\n\n") == [Event(b"1234567", "message", None, None)]
+    with pytest.raises(UpstreamProtocolError):
+        SSEDecoder(max_event_bytes=8).feed(b":c\ndata: 12345678\n\n")
