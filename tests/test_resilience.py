@@ -199,6 +199,10 @@ async def test_requests_spread_by_weight(fresh: Servers) -> None:
     ("upstream", "stream", "status", "kind"),
     [
         ("openai@hang", False, 504, "timeout_error"),  # nothing before the first-byte timeout
+        # A whole answer that stops halfway, or an endless stream asked for whole: the total
+        # timeout ends the read.
+        ("openai@stall-after=100", False, 504, "timeout_error"),
+        ("openai@endless", False, 504, "timeout_error"),
         ("openai@slow-first-byte=3", True, 504, "timeout_error"),
         ("openai@no-newline", True, 502, "upstream_error"),  # a line that never ends: bounded
         ("openai@not-object", False, 502, "upstream_error"),
