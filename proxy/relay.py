@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Final
+from typing import Final, TypeVar
 
 import aiohttp
 import orjson
@@ -31,6 +32,7 @@ from proxy.sse import Event, SSEDecoder
 from proxy.upstream import TRANSPORT_ERRORS, mapped_errors, read_whole, upstream_error_for
 
 log = logging.getLogger("proxy.relay")
+T = TypeVar("T")
 
 # The largest whole response accepted from an upstream (a long completion is a few MB at most).
 RESPONSE_LIMIT: Final = 64 * 1024 * 1024
@@ -62,19 +64,7 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
     """A non-streamed answer: read it whole (bounded), normalize it, send it."""
     if answer.is_event_stream:
         return await _stream_as_whole(answer, exchange)
-    waited = perf_counter()
-    timer = answer.timer
-    timer.move(answer.deadline)
-    try:
-        raw = await read_whole(answer.response, RESPONSE_LIMIT)
-    except asyncio.CancelledError:
-        if not timer.expired():
-            raise
-        raise _total_timeout(answer) from None
-    finally:
-        timer.close()
-        exchange.upstream_wait += perf_counter() - waited
-        answer.response.close()
+    raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
     normalized = answer.family.response(raw, answer.ctx)
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
@@ -93,6 +83,24 @@ async def relay_stream(
     finally:
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
+        answer.response.close()
+
+
+async def _read_within_total(answer: Answer, exchange: Exchange, read: Awaitable[T]) -> T:
+    """``read`` (a whole answer), bounded by the attempt's total timeout, its wait metered;
+    the upstream response is closed afterwards, whatever happened."""
+    waited = perf_counter()
+    timer = answer.timer
+    timer.move(answer.deadline)
+    try:
+        return await read
+    except asyncio.CancelledError:
+        if not timer.expired():
+            raise
+        raise _total_timeout(answer) from None
+    finally:
+        timer.close()
+        exchange.upstream_wait += perf_counter() - waited
         answer.response.close()
 
 
@@ -262,25 +270,19 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
     normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
     decoder = SSEDecoder()
     frames: list[bytes] = []
-    waited = perf_counter()
-    timer = answer.timer
-    timer.move(answer.deadline)
-    try:
+
+    async def collect() -> None:
         while not normalizer.ended:
             with mapped_errors("stream"):
                 data = await answer.response.content.readany()
             events = decoder.feed(data) if data else decoder.close()
-            frames += _feed(normalizer, events, not data)
-    except asyncio.CancelledError:
-        if not timer.expired():
-            raise
-        raise _total_timeout(answer) from None
+            frames.extend(_feed(normalizer, events, not data))
+
+    try:
+        await _read_within_total(answer, exchange, collect())
     finally:
-        timer.close()
-        exchange.upstream_wait += perf_counter() - waited
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
-        answer.response.close()
     if normalizer.error is not None:
         raise normalizer.error
     usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
