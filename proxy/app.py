@@ -1,7 +1,10 @@
-"""``build_app(config)``: the proxy's handlers, middleware and lifetimes, wired; no globals.
+"""``Gateway``: the proxy's requests, dispatched and answered, and its lifetime; no globals.
 
-Everything a request needs hangs off the application (``proxy.state.STATE``); the one place
-that turns an exception into an HTTP answer is ``exchange_middleware``.
+aiohttp's low-level server calls ``Gateway.handle`` for every request. It picks the handler by
+path and method itself, gives each API request its Exchange, and is the one place that turns
+an exception into an HTTP answer (CANONICAL.md section 4). There is no ``web.Application`` in
+the way: its router, middleware chain, ``Request`` objects and response-prepare signal cost
+about a tenth of the floor's throughput (bench/floor.py served both ways), for five fixed paths.
 """
 
 from __future__ import annotations
@@ -9,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from time import perf_counter
-from typing import Final
+from typing import Final, Literal
 
 import aiohttp
 import orjson
@@ -20,8 +23,7 @@ from aiohttp import web
 from proxy.completion import handle_completion
 from proxy.config import Config
 from proxy.errors import (
-    BodyTooLarge,
-    InvalidRequest,
+    MethodNotAllowed,
     NotFound,
     ProxyError,
     ServiceUnavailable,
@@ -30,19 +32,24 @@ from proxy.errors import (
 )
 from proxy.exchange import Exchange
 from proxy.routing import allowed_models
-from proxy.state import EXCHANGE, STATE, Observer, Runtime, State
+from proxy.state import Observer, Runtime, State
 from proxy.upstream import UpstreamClient
 
-__all__ = ["EXCHANGE", "STATE", "Observer", "Runtime", "State", "build_app", "error_response"]
+__all__ = ["Gateway", "Handler", "Observer", "Runtime", "State", "error_response"]
 
 log = logging.getLogger("proxy")
 
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
 _REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
-_ENDPOINTS: Final = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/models": "models",
+# The API: path → (method, endpoint). Any other path under /v1/ is an API request too (metered,
+# logged) that ends in 404.
+_API: Final[Mapping[str, tuple[str, Literal["chat", "completions", "models"]]]] = {
+    "/v1/chat/completions": ("POST", "chat"),
+    "/v1/completions": ("POST", "completions"),
+    "/v1/models": ("GET", "models"),
 }
+_GET: Final = ("GET", "HEAD")  # a GET route answers HEAD too (aiohttp drops the body)
 
 
 def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -52,7 +59,26 @@ def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) ->
     )
 
 
-def _request_id(request: web.Request, runtime: Runtime) -> str:
+def _error_headers(exc: ProxyError) -> dict[str, str] | None:
+    if isinstance(exc, MethodNotAllowed):
+        return {"Allow": ",".join(exc.allowed)}
+    retry_after = getattr(exc, "retry_after", None)
+    if exc.http_status == 429 and retry_after is not None:
+        return {"Retry-After": str(max(1, round(retry_after)))}
+    return None
+
+
+def _unknown_path() -> NotFound:
+    return NotFound("Unknown path: no route for this URL (404)", code="unknown_url")
+
+
+def _allow(method: str, expected: str) -> None:
+    if method == expected or (expected == "GET" and method == "HEAD"):
+        return
+    raise MethodNotAllowed(_GET if expected == "GET" else (expected,))
+
+
+def _request_id(request: web.BaseRequest, runtime: Runtime) -> str:
     given = request.headers.get("X-Request-Id")
     if given is not None and _REQUEST_ID.match(given):
         return given
@@ -60,173 +86,143 @@ def _request_id(request: web.Request, runtime: Runtime) -> str:
     return f"{runtime.rng.getrandbits(128):032x}"
 
 
-def _http_error(exc: web.HTTPException) -> ProxyError:
-    if exc.status == 404:
-        return NotFound(f"Unknown path: no route for this URL ({exc.status})", code="unknown_url")
-    if exc.status == 405:
-        return InvalidRequest("Method not allowed for this URL", code="method_not_allowed")
-    if exc.status == 413:
-        return BodyTooLarge("The request body is too large")
-    return InvalidRequest(exc.reason or "Bad request")
-
-
-@web.middleware
-async def exchange_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Give each API request its Exchange and turn every failure into CANONICAL.md 4's shape."""
-    state = request.app[STATE]
-    endpoint = _ENDPOINTS.get(request.path)
-    if endpoint is None and not request.path.startswith("/v1/"):
-        try:
-            return await handler(request)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return error_response(_http_error(exc))
-    loop = asyncio.get_running_loop()
-    exchange = Exchange(_request_id(request, state.runtime), endpoint or "other", perf_counter())
-    request[EXCHANGE] = exchange
-    for observer in state.observers:
-        observer.started(exchange)
-    response: web.StreamResponse
-    try:
-        response = await handler(request)
-    except ProxyError as exc:
-        response = _failed(exchange, exc)
-    except web.HTTPException as exc:
-        response = _failed(exchange, _http_error(exc))
-    except asyncio.CancelledError:
-        # aiohttp cancels the handler when the client disconnects (handler_cancellation).
-        exchange.client_disconnected = True
-        raise
-    except Exception:
-        log.exception("request %s failed", exchange.request_id)
-        response = _failed(exchange, ProxyError("The proxy failed to handle the request"))
-    else:
-        # Before the observers run: they count the request under the status it was answered with.
-        if not exchange.status and not exchange.client_disconnected:
-            exchange.status = response.status
-    finally:
-        exchange.ended = perf_counter()
-        # After the response has gone out (aiohttp writes it as soon as this returns): the
-        # client does not wait for metrics and the access log.
-        loop.call_soon(_finished, state.observers, exchange)
-    if not response.prepared:
-        response.headers["X-Request-Id"] = exchange.request_id
-    return response
-
-
 def _finished(observers: Sequence[Observer], exchange: Exchange) -> None:
     for observer in observers:
         observer.finished(exchange)
 
 
-def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
-    exchange.failure = exc
-    exchange.status = exc.http_status
-    if isinstance(exc, UpstreamError):
-        exchange.upstream_error = exc.kind
-    headers = None
-    retry_after = getattr(exc, "retry_after", None)
-    if exchange.status == 429 and retry_after is not None:
-        headers = {"Retry-After": str(max(1, round(retry_after)))}
-    return error_response(exc, headers)
+class Gateway:
+    """The proxy for one configuration (reloadable through ``state``), with its observers."""
 
-
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await handle_completion(request, "chat")
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    return await handle_completion(request, "completions")
-
-
-async def list_models(request: web.Request) -> web.Response:
-    runtime = request.app[STATE].runtime
-    team = runtime.keyring.identify(request.headers.get("Authorization"))
-    exchange = request[EXCHANGE]
-    exchange.team = team.name
-    config = runtime.config
-    data = [
-        {
-            "id": name,
-            "object": "model",
-            "created": runtime.loaded_at,
-            "owned_by": config.models[name].deployments[0].provider,
+    def __init__(
+        self,
+        config: Config,
+        *,
+        observers: Sequence[Observer] = (),
+        extra_routes: Mapping[str, Handler] | None = None,
+    ) -> None:
+        self.state = State(Runtime.from_config(config), observers=observers)
+        # Paths outside the API, GET (and HEAD) only: probes and /metrics, neither metered nor
+        # logged.
+        self._routes: dict[str, Handler] = {
+            "/healthz": self._healthz,
+            "/readyz": self._readyz,
+            **(extra_routes or {}),
         }
-        for name in allowed_models(config, team)
-    ]
-    return web.Response(
-        body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
-    )
+        self._session: aiohttp.ClientSession | None = None
 
-
-async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
-async def readyz(request: web.Request) -> web.Response:
-    if not request.app[STATE].ready:
-        return error_response(
-            ServiceUnavailable("The proxy is not ready (starting or shutting down)")
+    async def start(self) -> None:
+        """Open the upstream session (one pooled keep-alive session per process) and be ready."""
+        connector = aiohttp.TCPConnector(
+            limit=1024, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
         )
-    return web.json_response({"status": "ready"})
+        # No cookie jar: a cookie one upstream sets while answering one team must never ride
+        # along on another team's request (nor is a gateway a browser session).
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=True,
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        self.state.client = UpstreamClient(self._session)
+        self.state.ready = True
 
+    async def close(self) -> None:
+        """Not ready any more; close the upstream session (after the requests have drained)."""
+        self.state.ready = False
+        self.state.client = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
-async def _announce_stream(request: web.Request, response: web.StreamResponse) -> None:
-    # A stream's response is prepared inside its handler (the relay's first write); every other
-    # response only after the middleware has seen the request finish. So this is the moment a
-    # stream starts, seen without a hook in the relay.
-    exchange: Exchange | None = request.get(EXCHANGE)
-    if exchange is None or not exchange.stream or exchange.ended:
-        return
-    for observer in request.app[STATE].observers:
-        observer.stream_started(exchange)
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Every request: an API request under /v1/, else a probe or /metrics."""
+        path = request.path
+        api = _API.get(path)
+        if api is None and not path.startswith("/v1/"):
+            return await self._other(request, path)
+        state = self.state
+        observers = state.observers
+        exchange = Exchange(
+            _request_id(request, state.runtime), api[1] if api else "other", perf_counter()
+        )
+        for observer in observers:
+            observer.started(exchange)
+        response: web.StreamResponse
+        try:
+            if api is None:
+                raise _unknown_path()
+            method, endpoint = api
+            _allow(request.method, method)
+            if endpoint == "models":
+                response = self._models(request, exchange)
+            else:
+                response = await handle_completion(request, state, exchange, endpoint)
+        except ProxyError as exc:
+            response = self._failed(exchange, exc)
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler when the client disconnects (handler_cancellation).
+            exchange.client_disconnected = True
+            raise
+        except Exception:
+            log.exception("request %s failed", exchange.request_id)
+            response = self._failed(exchange, ProxyError("The proxy failed to handle the request"))
+        else:
+            # Before the observers run: they count the request under the status it was answered
+            # with.
+            if not exchange.status and not exchange.client_disconnected:
+                exchange.status = response.status
+        finally:
+            exchange.ended = perf_counter()
+            # After the response has gone out (aiohttp writes it as soon as this returns): the
+            # client does not wait for metrics and the access log.
+            asyncio.get_running_loop().call_soon(_finished, observers, exchange)
+        if not response.prepared:
+            response.headers["X-Request-Id"] = exchange.request_id
+        return response
 
+    async def _other(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
+        handler = self._routes.get(path)
+        try:
+            if handler is None:
+                raise _unknown_path()
+            _allow(request.method, "GET")
+        except ProxyError as exc:
+            return error_response(exc, _error_headers(exc))
+        return await handler(request)
 
-async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
-    # One pooled keep-alive session per process (per worker); its lifetime is the app's.
-    connector = aiohttp.TCPConnector(
-        limit=1024, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
-    )
-    # No cookie jar: a cookie one upstream sets while answering one team must never ride along
-    # on another team's request (nor is a gateway a browser session).
-    session = aiohttp.ClientSession(
-        connector=connector,
-        auto_decompress=True,
-        trust_env=False,
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
-    state = app[STATE]
-    state.client = UpstreamClient(session)
-    state.ready = True
-    try:
-        yield
-    finally:
-        state.ready = False
-        state.client = None
-        await session.close()
+    @staticmethod
+    def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
+        exchange.failure = exc
+        exchange.status = exc.http_status
+        if isinstance(exc, UpstreamError):
+            exchange.upstream_error = exc.kind
+        return error_response(exc, _error_headers(exc))
 
+    def _models(self, request: web.BaseRequest, exchange: Exchange) -> web.Response:
+        runtime = self.state.runtime
+        team = runtime.keyring.identify(request.headers.get("Authorization"))
+        exchange.team = team.name
+        config = runtime.config
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": runtime.loaded_at,
+                "owned_by": config.models[name].deployments[0].provider,
+            }
+            for name in allowed_models(config, team)
+        ]
+        return web.Response(
+            body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
+        )
 
-def build_app(
-    config: Config,
-    *,
-    observers: Sequence[Observer] = (),
-    extra_routes: Sequence[web.RouteDef] = (),
-) -> web.Application:
-    """The proxy as an aiohttp application for ``config``."""
-    # The body limit is enforced by read_body with a proper error; aiohttp's own stays out of it.
-    app = web.Application(
-        middlewares=[exchange_middleware], client_max_size=config.server.max_body_bytes + 1
-    )
-    app[STATE] = State(Runtime.from_config(config), observers=observers)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/v1/models", list_models)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_routes(extra_routes)
-    app.on_response_prepare.append(_announce_stream)
-    app.cleanup_ctx.append(_upstream_session)
-    return app
+    async def _healthz(self, request: web.BaseRequest) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.BaseRequest) -> web.Response:
+        if not self.state.ready:
+            return error_response(
+                ServiceUnavailable("The proxy is not ready (starting or shutting down)")
+            )
+        return web.json_response({"status": "ready"})

@@ -15,12 +15,14 @@ from time import perf_counter
 from typing import Final
 
 from aiohttp import web
+from aiohttp.http import HttpVersion11
 
 from proxy.balancer import AttemptPlan
 from proxy.config import Deployment, Model, Provider
 from proxy.deadline import Deadline
 from proxy.errors import (
     BodyTooLarge,
+    ExpectationFailed,
     InvalidRequest,
     ProxyError,
     ServiceUnavailable,
@@ -32,14 +34,14 @@ from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
 from proxy.relay import Answer, relay_stream, relay_whole
 from proxy.request import ClientRequest, parse_request, upstream_body
 from proxy.routing import resolve_model
-from proxy.state import EXCHANGE, STATE, Runtime, State
+from proxy.state import Runtime, State
 
 log = logging.getLogger("proxy.routing")
 
 _PATHS: Final = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
-async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+async def read_body(request: web.BaseRequest, limit: int, seconds: float) -> bytes:
     """The request body, refusing more than ``limit`` bytes and clients slower than ``seconds``."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes")
@@ -47,6 +49,9 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
     if content.is_eof() and content.total_bytes <= limit:
         # The whole body came with the headers (the usual case): no waiting, no timer.
         return content.read_nowait()
+    expect = request.headers.get("Expect")
+    if expect is not None:
+        await _continue(request, expect)
     chunks = []
     size = 0
     try:
@@ -65,11 +70,23 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
     return b"".join(chunks)
 
 
-async def handle_completion(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
-    state = request.app[STATE]
+async def _continue(request: web.BaseRequest, expect: str) -> None:
+    """Answer ``Expect: 100-continue`` (curl sends it before a large body, and waits for it)."""
+    if expect.lower() != "100-continue":
+        raise ExpectationFailed(expect)
+    if request.version != HttpVersion11:
+        return  # an HTTP/1.0 client cannot be told to go on (RFC 9110 10.1.1)
+    writer = request.writer
+    await writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    writer.output_size = 0  # the response proper starts after it
+    await writer.drain()
+
+
+async def handle_completion(
+    request: web.BaseRequest, state: State, exchange: Exchange, endpoint: Endpoint
+) -> web.StreamResponse:
     runtime = state.runtime  # one configuration for the whole request, even across a reload
     config = runtime.config
-    exchange = request[EXCHANGE]
 
     team = runtime.keyring.identify(request.headers.get("Authorization"))
     exchange.team = team.name
@@ -82,7 +99,7 @@ async def handle_completion(request: web.Request, endpoint: Endpoint) -> web.Str
 
 
 async def _attempts(
-    request: web.Request,
+    request: web.BaseRequest,
     state: State,
     runtime: Runtime,
     exchange: Exchange,
@@ -142,7 +159,7 @@ def _circuit(state: State, model: Model, deployment: Deployment, transition: str
 
 
 async def _attempt(
-    request: web.Request,
+    request: web.BaseRequest,
     state: State,
     runtime: Runtime,
     exchange: Exchange,
@@ -195,7 +212,7 @@ async def _attempt(
         answer = Answer(response, API_FAMILIES[provider.api], ctx, timeouts, deadline, timer)
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id}
-            return await relay_stream(request, answer, exchange, headers)
+            return await relay_stream(request, answer, exchange, headers, state.observers)
         return await relay_whole(answer, exchange)
     finally:
         timer.close()  # whatever happened: a retry's backoff must not be cut short by it

@@ -4,6 +4,8 @@
     ├── InvalidRequest              400     invalid_request_error
     │   ├── BodyTooLarge            413     invalid_request_error
     │   ├── NotFound                404     invalid_request_error
+    │   ├── MethodNotAllowed        405     invalid_request_error (code method_not_allowed)
+    │   ├── ExpectationFailed       417     invalid_request_error (code expectation_failed)
     │   └── ModelNotFound           404     invalid_request_error (code model_not_found)
     ├── AuthenticationFailed        401     authentication_error
     ├── PermissionDenied            403     permission_error
@@ -58,6 +60,24 @@ class BodyTooLarge(InvalidRequest):
 
 class NotFound(InvalidRequest):
     status = 404
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+
+    def __init__(self, allowed: tuple[str, ...]) -> None:
+        super().__init__("Method not allowed for this URL", code="method_not_allowed")
+        self.allowed = allowed  # for the Allow header
+
+
+class ExpectationFailed(InvalidRequest):
+    status = 417
+
+    def __init__(self, expect: str) -> None:
+        super().__init__(
+            f"Unsupported Expect header: {expect!r} (only 100-continue is)",
+            code="expectation_failed",
+        )
 
 
 class ModelNotFound(NotFound):

@@ -43,7 +43,7 @@ def status_of(exchange: Exchange) -> int:
     if exchange.status:
         return exchange.status
     # Without a status and without a disconnect the handler died of something not an Exception
-    # (the middleware maps every Exception to a 500): count it as the 500 it would have been.
+    # (Gateway.handle maps every Exception to a 500): count it as the 500 it would have been.
     return CLIENT_CLOSED if exchange.client_disconnected else 500
 
 

@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from proxy.app import error_response
+from proxy.app import Handler, error_response
 from proxy.batch import TurnBatch
 from proxy.config import Deployment
 from proxy.errors import AuthenticationFailed
@@ -366,11 +366,11 @@ def _authorized(header: str | None, token: bytes) -> bool:
 
 def metrics_handler(
     exposition: Exposition, token: str | None = None
-) -> Callable[[web.Request], Awaitable[web.Response]]:
+) -> Callable[[web.BaseRequest], Awaitable[web.Response]]:
     """GET /metrics: the exposition, behind ``Authorization: Bearer <token>`` if one is set."""
     expected = token.encode() if token else None
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: web.BaseRequest) -> web.Response:
         if expected is not None and not _authorized(request.headers.get("Authorization"), expected):
             return error_response(
                 AuthenticationFailed("/metrics requires the metrics bearer token"),
@@ -384,13 +384,13 @@ def metrics_handler(
     return handle
 
 
-def metrics_routes(exposition: Exposition, token: str | None = None) -> list[web.RouteDef]:
-    """/metrics as a route of the proxy's own listener."""
-    return [web.get("/metrics", metrics_handler(exposition, token))]
+def metrics_routes(exposition: Exposition, token: str | None = None) -> dict[str, Handler]:
+    """/metrics as a route of the proxy's own listener (``Gateway``'s ``extra_routes``)."""
+    return {"/metrics": metrics_handler(exposition, token)}
 
 
 def metrics_app(exposition: Exposition, token: str | None = None) -> web.Application:
     """The application of a listener of its own that serves only /metrics."""
     app = web.Application()
-    app.add_routes(metrics_routes(exposition, token))
+    app.router.add_get("/metrics", metrics_handler(exposition, token))
     return app

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Final, TypeVar
@@ -29,6 +29,7 @@ from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.sse import Event, SSEDecoder
+from proxy.state import Observer
 from proxy.upstream import TRANSPORT_ERRORS, mapped_errors, read_whole, upstream_error_for
 
 log = logging.getLogger("proxy.relay")
@@ -72,14 +73,19 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
 
 
 async def relay_stream(
-    request: web.Request, answer: Answer, exchange: Exchange, headers: dict[str, str]
+    request: web.BaseRequest,
+    answer: Answer,
+    exchange: Exchange,
+    headers: dict[str, str],
+    observers: Sequence[Observer],
 ) -> web.StreamResponse:
     """A streamed answer, relayed event by event as it arrives."""
+    opening = _Opening(request, exchange, headers, observers)
     if not answer.is_event_stream:
-        return await _whole_as_stream(request, answer, exchange, headers)
+        return await _whole_as_stream(answer, exchange, opening)
     normalizer = answer.family.stream(answer.ctx)
     try:
-        return await _pump(request, answer, normalizer, exchange, headers)
+        return await _pump(answer, normalizer, exchange, opening)
     finally:
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
@@ -102,6 +108,28 @@ async def _read_within_total(answer: Answer, exchange: Exchange, read: Awaitable
         timer.close()
         exchange.upstream_wait += perf_counter() - waited
         answer.response.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Opening:
+    """What starting a stream's response takes: once the first frame is ready, never before."""
+
+    request: web.BaseRequest
+    exchange: Exchange
+    headers: dict[str, str]
+    observers: Sequence[Observer]
+
+    def response(self) -> web.StreamResponse:
+        return web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **self.headers})
+
+    async def open(self, response: web.StreamResponse) -> None:
+        """Send the stream's headers; from now on the request is a stream in flight."""
+        exchange = self.exchange
+        for observer in self.observers:
+            observer.stream_started(exchange)
+        await response.prepare(self.request)
+        exchange.status = 200
+        exchange.first_token_at = perf_counter()
 
 
 def _total_timeout(answer: Answer) -> UpstreamTimeout:
@@ -147,11 +175,7 @@ async def _read_to_end(response: aiohttp.ClientResponse) -> None:
 
 
 async def _pump(
-    request: web.Request,
-    answer: Answer,
-    normalizer: StreamNormalizer,
-    exchange: Exchange,
-    headers: dict[str, str],
+    answer: Answer, normalizer: StreamNormalizer, exchange: Exchange, opening: _Opening
 ) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     decoder = SSEDecoder()
@@ -188,10 +212,8 @@ async def _pump(
                 if normalizer.error is not None and len(frames) == 1:
                     # The failure is all there is to say, and nothing was sent: an HTTP error.
                     raise normalizer.error
-                response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
-                await response.prepare(request)
-                exchange.status = 200
-                exchange.first_token_at = perf_counter()
+                response = opening.response()
+                await opening.open(response)
             if normalizer.error is not None:
                 _failed_after_first_byte(exchange, normalizer.error)
             timer.move(loop.time() + timeouts.idle)
@@ -216,7 +238,7 @@ async def _pump(
         elif waiting == "reuse":
             pass  # the answer is complete; the upstream connection is closed, not reused
         else:
-            await _upstream_timed_out(request, answer, normalizer, exchange, response, headers)
+            await _upstream_timed_out(answer, normalizer, exchange, response)
     except ConnectionResetError:
         exchange.client_disconnected = True  # the client went away
     finally:
@@ -228,12 +250,10 @@ async def _pump(
 
 
 async def _upstream_timed_out(
-    request: web.Request,
     answer: Answer,
     normalizer: StreamNormalizer,
     exchange: Exchange,
     response: web.StreamResponse | None,
-    headers: dict[str, str],
 ) -> None:
     """The upstream went quiet for longer than allowed: one error event, if anything was sent."""
     timeouts = answer.timeouts
@@ -290,7 +310,7 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
 
 
 async def _whole_as_stream(
-    request: web.Request, answer: Answer, exchange: Exchange, headers: dict[str, str]
+    answer: Answer, exchange: Exchange, opening: _Opening
 ) -> web.StreamResponse:
     """A stream was asked for but the upstream answered with one JSON body: stream that."""
     content_type = answer.response.content_type
@@ -301,11 +321,9 @@ async def _whole_as_stream(
         )
     whole = await relay_whole(answer, exchange)
     assert isinstance(whole.body, bytes)
-    response = web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **headers})
+    response = opening.response()
     try:
-        await response.prepare(request)
-        exchange.status = 200
-        exchange.first_token_at = perf_counter()
+        await opening.open(response)
         await response.write(b"".join(frames_from_response(whole.body, answer.ctx)))
         await response.write_eof()
     except ConnectionResetError:

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.access_log import AccessLog
-from proxy.app import STATE, Observer, Runtime, build_app
+from proxy.app import Gateway, Observer, Runtime, State
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError
 from proxy.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
@@ -80,19 +80,38 @@ def make_observers(
     return observers
 
 
-def app_runner(app: web.Application, config: Config) -> web.AppRunner:
-    """The runner of the proxy's listener, with the server-side limits of ``config.server``."""
-    return web.AppRunner(
-        app,
-        # A client that goes away cancels its handler, which closes the upstream request.
-        handler_cancellation=True,
-        access_log=None,  # ours is proxy.access_log, one JSON line per API request
-        shutdown_timeout=config.server.drain_seconds,
-        # aiohttp closes a connection that has not sent a whole request (its headers) within
-        # the keep-alive timeout, from the moment it opens: this bounds a slow client's headers
-        # as read_timeout bounds its body, and idle keep-alive connections alike.
-        keepalive_timeout=config.server.read_timeout,
-    )
+class ProxyRunner(web.ServerRunner):
+    """The runner of the proxy's listener: aiohttp's low-level server calling
+    ``gateway.handle``, with the server-side limits of ``config.server``, and the gateway's
+    lifetime (its upstream session opens on setup and closes once requests have drained)."""
+
+    def __init__(self, gateway: Gateway, config: Config) -> None:
+        server = web.Server(
+            gateway.handle,
+            # A client that goes away cancels its handler, which closes the upstream request.
+            handler_cancellation=True,
+            access_log=None,  # ours is proxy.access_log, one JSON line per API request
+            # aiohttp closes a connection that has not sent a whole request (its headers) within
+            # the keep-alive timeout, from the moment it opens: this bounds a slow client's
+            # headers as read_timeout bounds its body, and idle keep-alive connections alike.
+            keepalive_timeout=config.server.read_timeout,
+        )
+        super().__init__(server, shutdown_timeout=config.server.drain_seconds)
+        self.gateway = gateway
+
+    async def setup(self) -> None:
+        await self.gateway.start()
+        try:
+            await super().setup()
+        except BaseException:
+            await self.gateway.close()
+            raise
+
+    async def cleanup(self) -> None:
+        try:
+            await super().cleanup()  # stop listening, then drain
+        finally:
+            await self.gateway.close()
 
 
 async def serve_worker(
@@ -112,15 +131,16 @@ async def serve_worker(
     registry = CollectorRegistry()
     exposition = Exposition(registry, metrics_dir)
     on_main = metrics.enabled and metrics.port is None
-    app = build_app(
+    gateway = Gateway(
         config,
         observers=make_observers(config, registry),
-        extra_routes=metrics_routes(exposition, metrics.token) if on_main else (),
+        extra_routes=metrics_routes(exposition, metrics.token) if on_main else None,
     )
+    state = gateway.state
     async with AsyncExitStack() as stack:
         # Left last (last in, first out): once the listeners are down and the requests over,
         # their last finished() calls (made a loop turn later) and then the observers' close.
-        stack.push_async_callback(_close_observers, app[STATE].observers)
+        stack.push_async_callback(_close_observers, state.observers)
         if metrics.enabled and metrics.port is not None:
             # Started first, so cleaned up last (last in, first out): scrapes keep working
             # while requests drain. Every worker binds it, as it binds the main port.
@@ -136,7 +156,7 @@ async def serve_worker(
                 metrics.host,
                 metrics.port,
             )
-        runner = app_runner(app, config)
+        runner = ProxyRunner(gateway, config)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(
@@ -155,19 +175,19 @@ async def serve_worker(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, reload_config, app, listen.config_path)
+        loop.add_signal_handler(signal.SIGHUP, reload_config, state, listen.config_path)
         if _signature(listen.config_path) != loaded:
             # Changed while this worker started: a SIGHUP sent then found no handler.
-            reload_config(app, listen.config_path)
+            reload_config(state, listen.config_path)
         if listen.watch is not None:
-            watcher = asyncio.create_task(_watch(app, listen.config_path, listen.watch))
+            watcher = asyncio.create_task(_watch(state, listen.config_path, listen.watch))
             stack.callback(watcher.cancel)
         try:
             await stop.wait()
         finally:
             # Not ready from now on; the runner's cleanup (on leaving the stack) then closes the
             # listener and gives requests in flight up to drain_seconds to finish.
-            app[STATE].ready = False
+            state.ready = False
             loop.remove_signal_handler(signal.SIGHUP)
         delay = config.server.shutdown_delay  # server settings change only with a restart
         if delay:
@@ -177,7 +197,7 @@ async def serve_worker(
 
 
 async def _close_observers(observers: Sequence[Observer]) -> None:
-    await asyncio.sleep(0)  # the middleware's finished() calls wait a loop turn: let them run
+    await asyncio.sleep(0)  # the handler's finished() calls wait a loop turn: let them run
     for observer in observers:
         observer.close()
 
@@ -186,13 +206,12 @@ async def _close_observers(observers: Sequence[Observer]) -> None:
 _RESTART_ONLY = ("server", "metrics", "access_log")
 
 
-def reload_config(app: web.Application, path: Path) -> bool:
+def reload_config(state: State, path: Path) -> bool:
     """Load ``path`` and, if it is valid, serve every request from now on with it.
 
     Requests in flight finish with the configuration they started with. An invalid file is
     refused, its problems logged; the configuration in force stays.
     """
-    state = app[STATE]
     try:
         config = load_config(path)
     except ConfigError as error:
@@ -222,7 +241,7 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return (info.st_mtime_ns, info.st_ino, info.st_size)
 
 
-async def _watch(app: web.Application, path: Path, every: float) -> None:
+async def _watch(state: State, path: Path, every: float) -> None:
     """Reload when the file changes (``serve --watch``): polled, which works on every
     filesystem and volume kind, at the cost of one stat per period."""
     seen = _signature(path)
@@ -231,7 +250,7 @@ async def _watch(app: web.Application, path: Path, every: float) -> None:
         current = _signature(path)
         if current is not None and current != seen:
             seen = current
-            reload_config(app, path)
+            reload_config(state, path)
 
 
 def _worker_main(listen: Listen, metrics_dir: str) -> None:

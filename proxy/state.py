@@ -1,4 +1,4 @@
-"""What lives on the application: the runtime of one configuration, and who observes requests.
+"""What the gateway holds: the runtime of one configuration, and who observes requests.
 
 ``Runtime`` is everything derived from one configuration; a reload builds a new one and swaps it
 in with one assignment, so a request sees one configuration from start to end. Circuit breakers
@@ -12,9 +12,6 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
-
-from aiohttp import web
 
 from proxy.auth import KeyRing
 from proxy.circuit import CircuitBreaker
@@ -103,7 +100,3 @@ class State:
     observers: Sequence[Observer] = ()
     client: UpstreamClient | None = None
     ready: bool = False
-
-
-STATE: Final = web.AppKey("state", State)
-EXCHANGE: Final = web.RequestKey("exchange", Exchange)

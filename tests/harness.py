@@ -20,11 +20,11 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.app import build_app
+from proxy.app import Gateway
 from proxy.config import Config, parse_config
 from proxy.emulator import build_emulator_app
 from proxy.metrics import Exposition, metrics_routes
-from proxy.server import app_runner, make_observers
+from proxy.server import ProxyRunner, make_observers
 
 TEAM_KEY = "sk-test-research"
 SUPPORT_KEY = "sk-test-support"
@@ -59,12 +59,11 @@ async def _await(factory: Callable[[], Awaitable[Any]]) -> Any:
     return await factory()
 
 
-async def start_site(
-    app: web.Application, port: int, config: Config | None = None
-) -> web.AppRunner:
-    """Serve ``app`` on loopback: as ``llm-proxy serve`` does for a proxy (its ``config``)."""
-    if config is not None:
-        runner = app_runner(app, config)
+async def start_site(app: web.Application | Gateway, port: int) -> web.BaseRunner:
+    """Serve ``app`` on loopback: a proxy as ``llm-proxy serve`` does, else an aiohttp app."""
+    runner: web.BaseRunner
+    if isinstance(app, Gateway):
+        runner = ProxyRunner(app, app.state.runtime.config)
     else:
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5)
     await runner.setup()
@@ -121,7 +120,7 @@ class Servers:
         self.loop = loop
         self.emulator_port = free_port()
         self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
-        self._runners: list[web.AppRunner] = []
+        self._runners: list[web.BaseRunner] = []
         emulator = build_emulator_app(recordings, chunk_delay=chunk_delay)
         self._runners.append(loop.call(lambda: start_site(emulator, self.emulator_port)))
 
@@ -132,18 +131,18 @@ class Servers:
 
     def start_app(
         self, models: dict[str, Any], *, metrics: bool = False, **extra: Any
-    ) -> tuple[str, Config, web.Application]:
+    ) -> tuple[str, Config, Gateway]:
         """Start a proxy; with ``metrics``, its metrics on a registry of its own at /metrics."""
         config = parse_config(
             yaml.safe_load(yaml.safe_dump(proxy_config(self.emulator_url, models, **extra))), {}
         )
         registry = CollectorRegistry()
         observers = make_observers(config, registry) if metrics else []
-        routes = metrics_routes(Exposition(registry)) if metrics else []
-        app = build_app(config, observers=observers, extra_routes=routes)
+        routes = metrics_routes(Exposition(registry)) if metrics else None
+        gateway = Gateway(config, observers=observers, extra_routes=routes)
         port = free_port()
-        self._runners.append(self.loop.call(lambda: start_site(app, port, config)))
-        return f"http://127.0.0.1:{port}/v1", config, app
+        self._runners.append(self.loop.call(lambda: start_site(gateway, port)))
+        return f"http://127.0.0.1:{port}/v1", config, gateway
 
     def close(self) -> None:
         for runner in reversed(self._runners):

@@ -27,7 +27,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.app import build_app
+from proxy.app import Gateway
 from proxy.config import Config, parse_config
 from proxy.emulator import build_emulator_app
 from proxy.metrics import Exposition, metrics_routes
@@ -120,16 +120,16 @@ class Stage:
 
     loop: LoopThread
     emulator_url: str
-    runners: list[web.AppRunner] = field(default_factory=list)
+    runners: list[web.BaseRunner] = field(default_factory=list)
 
     def proxy(self, models: Mapping[str, Any], *, access_log_fd: int = 2, **extra: Any) -> Metered:
         config = config_for(self.emulator_url, models, **extra)
         registry = CollectorRegistry()
         routes = metrics_routes(Exposition(registry), config.metrics.token)
         observers = make_observers(config, registry, access_log_fd)
-        app = build_app(config, observers=observers, extra_routes=routes)
+        gateway = Gateway(config, observers=observers, extra_routes=routes)
         port = free_port()
-        self.runners.append(self.loop.call(lambda: start_site(app, port)))
+        self.runners.append(self.loop.call(lambda: start_site(gateway, port)))
         root = f"http://127.0.0.1:{port}"
         return Metered(root + "/v1", root, registry, config)
 

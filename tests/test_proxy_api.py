@@ -6,7 +6,10 @@ status and the exact error body of CANONICAL.md section 4.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import openai
@@ -356,6 +359,96 @@ async def test_health_and_readiness(proxy_url: str) -> None:
         for path in ("/healthz", "/readyz"):
             async with session.get(root + path) as response:
                 assert response.status == 200
+
+
+# (method, path, status, Allow header, error code): the proxy dispatches by itself (no aiohttp
+# router), so every path and method it does not serve is told here, in CANONICAL.md 4's shape.
+METHODS_AND_PATHS = [
+    ("GET", "/v1/chat/completions", 405, "POST", "method_not_allowed"),
+    ("PUT", "/v1/completions", 405, "POST", "method_not_allowed"),
+    ("DELETE", "/v1/models", 405, "GET,HEAD", "method_not_allowed"),
+    ("POST", "/healthz", 405, "GET,HEAD", "method_not_allowed"),
+    ("POST", "/readyz", 405, "GET,HEAD", "method_not_allowed"),
+    ("GET", "/v1/embeddings", 404, None, "unknown_url"),
+    ("POST", "/v1/chat/completions/", 404, None, "unknown_url"),
+    ("GET", "/nowhere", 404, None, "unknown_url"),
+    ("GET", "/", 404, None, "unknown_url"),
+    ("HEAD", "/healthz", 200, None, None),
+    ("HEAD", "/readyz", 200, None, None),
+    ("HEAD", "/v1/models", 200, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "allow", "code"),
+    METHODS_AND_PATHS,
+    ids=[f"{method} {path}" for method, path, *_ in METHODS_AND_PATHS],
+)
+async def test_methods_and_paths(
+    proxy_url: str, method: str, path: str, status: int, allow: str | None, code: str | None
+) -> None:
+    root = proxy_url.removesuffix("/v1")
+    headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, root + path, headers=headers) as response,
+    ):
+        raw = await response.read()
+    assert response.status == status
+    assert response.headers.get("Allow") == allow
+    if method == "HEAD":
+        assert raw == b"" and int(response.headers["Content-Length"]) > 0
+    elif code is not None:
+        error = error_of(raw)
+        assert (error["type"], error["code"]) == ("invalid_request_error", code)
+
+
+def _exchange(port: int, head: bytes, body: bytes | None) -> tuple[bytes, bytes]:
+    """Send ``head``, read what comes back within 2 s; then send ``body`` (if any) and read
+    the rest until the server is done."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(head)
+        try:
+            first = sock.recv(65536)
+        except TimeoutError:
+            first = b""
+        rest = b""
+        if body is not None:
+            sock.sendall(body)
+            sock.settimeout(5)
+            while b"}" not in rest and (chunk := sock.recv(65536)):
+                rest += chunk
+        return first, rest
+
+
+async def test_expect_100_continue_is_answered_before_the_body(proxy_url: str) -> None:
+    """curl sends ``Expect: 100-continue`` before a large body, and waits for the 100."""
+    port = urlsplit(proxy_url).port
+    assert port is not None
+    body = orjson.dumps({"model": "gpt-4o", "messages": CHAT})
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    ).encode()
+    first, rest = await asyncio.to_thread(_exchange, port, head, body)
+    assert first == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
+    answer = orjson.loads(rest.split(b"\r\n\r\n", 1)[1])
+    validate(answer, "CreateChatCompletionResponse")
+
+
+async def test_unknown_expectation_is_417(proxy_url: str) -> None:
+    port = urlsplit(proxy_url).port
+    assert port is not None
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
+        "Content-Length: 40\r\nExpect: a-pony\r\n\r\n"
+    ).encode()
+    first, _ = await asyncio.to_thread(_exchange, port, head, None)
+    assert first.startswith(b"HTTP/1.1 417 ")
+    error = error_of(first.split(b"\r\n\r\n", 1)[1])
+    assert error["code"] == "expectation_failed" and "a-pony" in error["message"]
 
 
 async def test_request_id_is_taken_or_made(proxy_url: str) -> None:
