@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from proxy.batch import TurnBatch
+from proxy.batch import Batch
 from proxy.exchange import Exchange
 from proxy.metering import (
     counted_fixes,
@@ -86,7 +86,7 @@ class AccessLog(Observer):
         self._fd = fd
         self._clock = clock
         self._pending: list[bytes] = []
-        self._batch = TurnBatch(self.flush)
+        self._batch = Batch(self.flush)
 
     def finished(self, exchange: Exchange) -> None:
         self._pending.append(orjson.dumps(access_record(exchange, self._clock()), option=_LINE))

@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from proxy.batch import Batch
 from proxy.completion import handle_completion
 from proxy.config import Config
 from proxy.errors import (
@@ -50,6 +51,10 @@ _API: Final[Mapping[str, tuple[str, Literal["chat", "completions", "models"]]]] 
     "/v1/models": ("GET", "models"),
 }
 _GET: Final = ("GET", "HEAD")  # a GET route answers HEAD too (aiohttp drops the body)
+# How long finished requests wait to be told to the observers, all together. Off the path of
+# the requests that follow (a request that arrived while its predecessor's metrics and log line
+# were being made waited for them), and with their code and data warm from one to the next.
+REPORT_DELAY: Final = 0.005
 
 
 def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -86,11 +91,6 @@ def _request_id(request: web.BaseRequest, runtime: Runtime) -> str:
     return f"{runtime.rng.getrandbits(128):032x}"
 
 
-def _finished(observers: Sequence[Observer], exchange: Exchange) -> None:
-    for observer in observers:
-        observer.finished(exchange)
-
-
 class Gateway:
     """The proxy for one configuration (reloadable through ``state``), with its observers."""
 
@@ -110,6 +110,8 @@ class Gateway:
             **(extra_routes or {}),
         }
         self._session: aiohttp.ClientSession | None = None
+        self._ended: list[Exchange] = []  # finished, not yet told to the observers
+        self._reports = Batch(self._report, REPORT_DELAY)
 
     async def start(self) -> None:
         """Open the upstream session (one pooled keep-alive session per process) and be ready."""
@@ -128,7 +130,9 @@ class Gateway:
         self.state.ready = True
 
     async def close(self) -> None:
-        """Not ready any more; close the upstream session (after the requests have drained)."""
+        """Not ready any more; report the requests that have ended (all of them, once they have
+        drained); close the upstream session."""
+        self._reports.flush_now()
         self.state.ready = False
         self.state.client = None
         if self._session is not None:
@@ -174,12 +178,24 @@ class Gateway:
                 exchange.status = response.status
         finally:
             exchange.ended = perf_counter()
-            # After the response has gone out (aiohttp writes it as soon as this returns): the
-            # client does not wait for metrics and the access log.
-            asyncio.get_running_loop().call_soon(_finished, observers, exchange)
+            # Told later (REPORT_DELAY), after the response has gone out (aiohttp writes it as
+            # soon as this returns): the client does not wait for metrics and the access log.
+            self._ended.append(exchange)
+            self._reports.touch()
         if not response.prepared:
             response.headers["X-Request-Id"] = exchange.request_id
         return response
+
+    def _report(self) -> None:
+        """Tell the observers about the requests that have ended, observer by observer."""
+        ended, self._ended = self._ended, []
+        for observer in self.state.observers:
+            for exchange in ended:
+                try:
+                    observer.finished(exchange)
+                except Exception:
+                    # One observer's bug must not cost the other requests their reports.
+                    log.exception("observer %s failed on request %s", observer, exchange.request_id)
 
     async def _other(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         handler = self._routes.get(path)
@@ -189,6 +205,8 @@ class Gateway:
             _allow(request.method, "GET")
         except ProxyError as exc:
             return error_response(exc, _error_headers(exc))
+        # A scrape of /metrics on this listener counts every request that has ended here.
+        self._reports.flush_now()
         return await handler(request)
 
     @staticmethod

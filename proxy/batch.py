@@ -1,10 +1,11 @@
-"""``TurnBatch``: work held while the event loop runs one turn, then done once for the turn.
+"""``Batch``: work held for a while (one event-loop turn, or a few milliseconds), then done once.
 
-Observers run once per request, and under load many requests end in the same loop turn: what
-each would write on its own (an access log line, a metric's increment into a shared memory map)
-is cheaper written once for all of them. The holder adds to its own pending state, then calls
-``touch``; its ``flush`` runs once, as a callback of the next turn (``call_soon``). Without a
-running loop (a tool, a test), ``touch`` flushes at once.
+Observers run once per request, and under load many requests end close together: what each
+would write on its own (an access log line, a metric's increment into a shared memory map) is
+cheaper written once for all of them. The holder adds to its own pending state, then calls
+``touch``; its ``flush`` runs once, as a callback of the next turn (``call_soon``) or after
+``delay`` seconds (``call_later``). Without a running loop (a tool, a test), ``touch`` flushes
+at once.
 """
 
 from __future__ import annotations
@@ -13,25 +14,34 @@ import asyncio
 from collections.abc import Callable
 
 
-class TurnBatch:
-    __slots__ = ("_armed", "_flush")
+class Batch:
+    __slots__ = ("_delay", "_flush", "_handle")
 
-    def __init__(self, flush: Callable[[], None]) -> None:
+    def __init__(self, flush: Callable[[], None], delay: float = 0.0) -> None:
         self._flush = flush
-        self._armed = False
+        self._delay = delay
+        self._handle: asyncio.Handle | None = None
 
     def touch(self) -> None:
-        """Something was added: flush it with the rest of this loop turn's."""
-        if self._armed:
+        """Something was added: flush it with the rest of this turn's (or this delay's)."""
+        if self._handle is not None:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self._flush()
             return
-        self._armed = True
-        loop.call_soon(self._run)
+        if self._delay:
+            self._handle = loop.call_later(self._delay, self._run)
+        else:
+            self._handle = loop.call_soon(self._run)
+
+    def flush_now(self) -> None:
+        """Flush what is held without waiting (a worker that stops)."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._run()
 
     def _run(self) -> None:
-        self._armed = False
+        self._handle = None
         self._flush()

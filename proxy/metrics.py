@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.app import Handler, error_response
-from proxy.batch import TurnBatch
+from proxy.batch import Batch
 from proxy.config import Deployment
 from proxy.errors import AuthenticationFailed
 from proxy.exchange import Exchange
@@ -233,7 +233,7 @@ class ProxyMetrics(Observer):
         # metrics about half the cost of a request's observers (bench/metering.py).
         self._counts: dict[Counter, float] = {}
         self._moves: dict[Gauge, float] = {}
-        self._batch = TurnBatch(self.flush)
+        self._batch = Batch(self.flush)
         self._routes: dict[tuple[str, str, str, str, str, str], _Route] = {}
         for endpoint in ENDPOINTS:
             self.requests_in_flight(endpoint)

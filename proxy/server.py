@@ -138,9 +138,9 @@ async def serve_worker(
     )
     state = gateway.state
     async with AsyncExitStack() as stack:
-        # Left last (last in, first out): once the listeners are down and the requests over,
-        # their last finished() calls (made a loop turn later) and then the observers' close.
-        stack.push_async_callback(_close_observers, state.observers)
+        # Left last (last in, first out): once the listeners are down, the requests over and
+        # reported (the gateway's close), the observers write out what they hold.
+        stack.callback(_close_observers, state.observers)
         if metrics.enabled and metrics.port is not None:
             # Started first, so cleaned up last (last in, first out): scrapes keep working
             # while requests drain. Every worker binds it, as it binds the main port.
@@ -196,8 +196,8 @@ async def serve_worker(
         log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
 
 
-async def _close_observers(observers: Sequence[Observer]) -> None:
-    await asyncio.sleep(0)  # the handler's finished() calls wait a loop turn: let them run
+def _close_observers(observers: Sequence[Observer]) -> None:
+    # Every request has been reported by now (ProxyRunner.cleanup closed the gateway).
     for observer in observers:
         observer.close()
 

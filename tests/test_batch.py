@@ -8,7 +8,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from proxy.batch import TurnBatch
+from proxy.batch import Batch
 from proxy.exchange import Exchange
 from proxy.metrics import Exposition, ProxyMetrics
 from proxy.usage import Usage
@@ -17,7 +17,7 @@ from tests.metrics_support import read_samples, total
 
 async def test_one_flush_per_loop_turn() -> None:
     flushes: list[int] = []
-    batch = TurnBatch(lambda: flushes.append(1))
+    batch = Batch(lambda: flushes.append(1))
     for _ in range(5):
         batch.touch()
     assert flushes == []  # held until the turn ends
@@ -32,7 +32,7 @@ async def test_one_flush_per_loop_turn() -> None:
 
 def test_without_a_loop_touch_flushes_at_once() -> None:
     flushes: list[int] = []
-    TurnBatch(lambda: flushes.append(1)).touch()
+    Batch(lambda: flushes.append(1)).touch()
     assert flushes == [1]
 
 
