@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +20,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.app import Gateway
+from proxy.app import Gateway, Observer
 from proxy.config import Config, parse_config
 from proxy.emulator import build_emulator_app
 from proxy.metrics import Exposition, metrics_routes
@@ -130,14 +130,20 @@ class Servers:
         return url, config
 
     def start_app(
-        self, models: dict[str, Any], *, metrics: bool = False, **extra: Any
+        self,
+        models: dict[str, Any],
+        *,
+        metrics: bool = False,
+        observers: Sequence[Observer] = (),
+        **extra: Any,
     ) -> tuple[str, Config, Gateway]:
-        """Start a proxy; with ``metrics``, its metrics on a registry of its own at /metrics."""
+        """Start a proxy; with ``metrics``, its metrics on a registry of its own at /metrics;
+        ``observers`` see its requests too."""
         config = parse_config(
             yaml.safe_load(yaml.safe_dump(proxy_config(self.emulator_url, models, **extra))), {}
         )
         registry = CollectorRegistry()
-        observers = make_observers(config, registry) if metrics else []
+        observers = [*(make_observers(config, registry) if metrics else []), *observers]
         routes = metrics_routes(Exposition(registry)) if metrics else None
         gateway = Gateway(config, observers=observers, extra_routes=routes)
         port = free_port()

@@ -30,6 +30,22 @@ async def test_one_flush_per_loop_turn() -> None:
     assert flushes == [1, 1]  # nothing touched, nothing flushed
 
 
+async def test_a_delayed_batch_flushes_once_after_its_delay() -> None:
+    flushes: list[int] = []
+    batch = Batch(lambda: flushes.append(1), delay=0.05)
+    for _ in range(5):
+        batch.touch()
+    await asyncio.sleep(0)
+    assert flushes == []  # not at the end of the turn: after the delay
+    await asyncio.sleep(0.1)
+    assert flushes == [1]
+    batch.touch()
+    batch.flush_now()  # a stopping worker does not wait, and the timer is cancelled
+    assert flushes == [1, 1]
+    await asyncio.sleep(0.1)
+    assert flushes == [1, 1]
+
+
 def test_without_a_loop_touch_flushes_at_once() -> None:
     flushes: list[int] = []
     Batch(lambda: flushes.append(1)).touch()
