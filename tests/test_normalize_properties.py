@@ -268,3 +268,27 @@ def test_absurd_usage_counts_are_not_counts(count: object) -> None:
     frames = [f for e in decoder.feed(body) for f in normalizer.feed(e)]
     check_frames(frames, "chat", ended=True)
     assert normalizer.usage.source == "estimated"
+
+
+def test_a_finish_reason_that_is_no_string_with_a_tool_call_is_tool_calls() -> None:
+    """Found by a differential test of the whole-response shortcut: the builder looked an
+    unhashable finish_reason up in a set, and the request failed with a 500 instead of its
+    answer."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "up",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "finish_reason": ["stop"],
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }
+    ctx = RequestContext(endpoint="chat", model="m", created=1_700_000_000)
+    answer = orjson.loads(normalize_response(orjson.dumps(body), ctx).body)
+    assert answer["choices"][0]["finish_reason"] == "tool_calls"

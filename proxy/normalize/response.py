@@ -161,7 +161,8 @@ class _Builder:
                 reason = "stop"
         elif reason != value:
             self.fixes.add(FIX_FINISH_REASON)
-        if has_calls and value in STOP_MEANS_TOOL_CALLS:
+        # isinstance first: a value that is no string (a list) is unhashable.
+        if has_calls and isinstance(value, str) and value in STOP_MEANS_TOOL_CALLS:
             reason = "tool_calls"
         return reason
 
