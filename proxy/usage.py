@@ -55,8 +55,9 @@ _MAX_COUNT = 2**53
 
 
 def _count(value: object) -> int | None:
-    # bool is an int subclass; a count of True is a bug upstream, not a count.
-    if isinstance(value, int) and not isinstance(value, bool):
+    # Not isinstance: bool is an int subclass, and a count of True is a bug upstream, not a
+    # count (JSON makes no other int subclass). An exact type test is also the cheapest.
+    if type(value) is int:
         return value if 0 <= value < _MAX_COUNT else None
     if isinstance(value, float) and value.is_integer() and 0 <= value < _MAX_COUNT:
         return int(value)
@@ -76,8 +77,8 @@ def _details(raw: object, keys: tuple[str, ...]) -> dict[str, int]:
         return {}
     out = {}
     for key in keys:
-        value = _count(raw.get(key))
-        if value is not None:
+        value = raw.get(key)
+        if value is not None and (value := _count(value)) is not None:
             out[key] = value
     return out
 

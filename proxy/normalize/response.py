@@ -46,6 +46,8 @@ _MESSAGE_KEYS = frozenset(
     {"role", "content", "refusal", "tool_calls", "function_call", "annotations"}
 )
 _COMPLETION_REASONS = frozenset({"stop", "length", "content_filter"})
+_ORDINARY_MESSAGE_KEYS = frozenset({"role", "content", "refusal", "annotations"})
+_NO_FIXES: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,75 @@ def normalize_response(raw: bytes, ctx: RequestContext) -> Normalized:
         raise upstream_error(body["error"])
     if not isinstance(choices, list) or not choices:
         raise UpstreamProtocolError("The upstream answered without any choice")
+    if ctx.endpoint == "chat":
+        ordinary = _ordinary(body, choices, ctx)
+        if ordinary is not None:
+            return ordinary
     return _Builder(ctx).build(body, choices)
+
+
+def _ordinary(body: dict[str, Any], choices: list[Any], ctx: RequestContext) -> Normalized | None:
+    """The usual chat answer, made without the builder; None for anything else.
+
+    Usual: one choice of text that ended with ``stop`` or ``length``, no reasoning, refusal,
+    tool call, logprobs or annotation, counts in canonical shape, a sound envelope; nothing to
+    fix but ``model``. That is most answers, and the builder's general path costs about 10 us
+    more of them (a third of the proxy's own time on a non-streamed request, measured at one
+    connection). The answer is byte for byte the builder's (tests/test_normalize_ordinary.py).
+    """
+    if len(choices) != 1 or not body.keys() <= _RESPONSE_KEYS:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or not choice.keys() <= _CHAT_CHOICE_KEYS:
+        return None
+    message = choice.get("message")
+    if type(message) is not dict or not message.keys() <= _ORDINARY_MESSAGE_KEYS:
+        return None
+    content = message.get("content")
+    index = choice.get("index")
+    finish = choice.get("finish_reason")
+    if (
+        type(content) is not str
+        or message.get("refusal") is not None
+        or message.get("annotations")  # [] is none, anything else is the builder's to judge
+        or choice.get("logprobs") is not None
+        or type(index) is not int
+        or index < 0
+        or (finish != "stop" and finish != "length")  # not "in" a set: it may be unhashable
+    ):
+        return None
+    upstream_id = body.get("id")
+    created = body.get("created")
+    if (
+        body.get("object") != "chat.completion"
+        or type(upstream_id) is not str
+        or not upstream_id
+        or type(created) is not int
+        or not 10**8 <= created < 10**10  # plausible_created keeps it as it is
+    ):
+        return None
+    raw_usage = body.get("usage")
+    usage = canonical_usage(raw_usage)
+    if usage is None or usage.keys() != raw_usage.keys():  # type: ignore[union-attr]
+        return None
+    out: dict[str, Any] = {
+        "id": upstream_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": ctx.model,
+    }
+    fingerprint = body.get("system_fingerprint")
+    if type(fingerprint) is str and fingerprint:
+        out["system_fingerprint"] = fingerprint
+    tier = service_tier(body.get("service_tier"))
+    if tier is not None:
+        out["service_tier"] = tier
+    message_out = {"role": "assistant", "content": content, "refusal": None}
+    out["choices"] = [
+        {"index": index, "message": message_out, "logprobs": None, "finish_reason": finish}
+    ]
+    out["usage"] = usage
+    return Normalized(orjson.dumps(out), usage_value(usage), _NO_FIXES)
 
 
 class _Builder:
