@@ -33,7 +33,6 @@ from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
 from proxy.relay import Answer, relay_stream, relay_whole
 from proxy.request import ClientRequest, parse_request, upstream_body
-from proxy.routing import resolve_model
 from proxy.state import Runtime, State
 
 log = logging.getLogger("proxy.routing")
@@ -93,7 +92,7 @@ async def handle_completion(
     raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
     client_request = parse_request(raw, endpoint)
     exchange.stream = client_request.stream
-    model = resolve_model(config, team, client_request.model)
+    model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name
     return await _attempts(request, state, runtime, exchange, model, client_request)
 

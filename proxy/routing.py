@@ -1,6 +1,6 @@
 """(team, model name) -> configured model, and the routing table as text.
 
-Choosing among a model's deployments, and falling back between them, is not done here yet.
+Choosing among a model's deployments, and falling back between them, is ``proxy.balancer``'s.
 """
 
 from __future__ import annotations
@@ -16,23 +16,35 @@ def may_use(team: Team, model: str) -> bool:
     return any(fnmatchcase(model, pattern) for pattern in team.models)
 
 
-def resolve_model(config: Config, team: Team, model: str) -> Model:
-    """The configured model a request names, if the team may use it."""
-    found = config.models.get(model)
-    if found is None:
-        raise ModelNotFound(model)
-    if not may_use(team, model):
-        raise PermissionDenied(
-            f"Team '{team.name}' may not use model '{model}'",
-            param="model",
-            code="model_not_permitted",
-        )
-    return found
-
-
 def allowed_models(config: Config, team: Team) -> list[str]:
     """The configured model names the team may use, sorted."""
     return sorted(name for name in config.models if may_use(team, name))
+
+
+class ModelTable:
+    """(team, model name) -> configured model, every team's globs matched against every model
+    once per configuration, not once per request."""
+
+    __slots__ = ("_models", "_permitted")
+
+    def __init__(self, config: Config) -> None:
+        self._models = config.models
+        self._permitted = {
+            name: frozenset(allowed_models(config, team)) for name, team in config.teams.items()
+        }
+
+    def resolve(self, team: Team, model: str) -> Model:
+        """The configured model a request names, if the team may use it."""
+        found = self._models.get(model)
+        if found is None:
+            raise ModelNotFound(model)
+        if model not in self._permitted.get(team.name, ()):
+            raise PermissionDenied(
+                f"Team '{team.name}' may not use model '{model}'",
+                param="model",
+                code="model_not_permitted",
+            )
+        return found
 
 
 def describe_routes(config: Config) -> list[str]:

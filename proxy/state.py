@@ -17,6 +17,7 @@ from proxy.auth import KeyRing
 from proxy.circuit import CircuitBreaker
 from proxy.config import Config, Deployment, Model, Routing
 from proxy.exchange import Exchange
+from proxy.routing import ModelTable
 from proxy.upstream import Target, UpstreamClient, target_for
 
 # (model name, provider, upstream model): a deployment, as configured.
@@ -56,6 +57,7 @@ class Runtime:
 
     config: Config
     keyring: KeyRing
+    models: ModelTable
     targets: Mapping[str, Target]
     breakers: Mapping[str, tuple[CircuitBreaker, ...]]  # per model, aligned with its deployments
     loaded_at: int
@@ -80,7 +82,15 @@ class Runtime:
             for name, model in config.models.items()
         }
         rng = previous.rng if previous is not None else random.Random()
-        return cls(config, KeyRing(config.teams), targets, breakers, int(time.time()), rng)
+        return cls(
+            config,
+            KeyRing(config.teams),
+            ModelTable(config),
+            targets,
+            breakers,
+            int(time.time()),
+            rng,
+        )
 
 
 def _breaker(kept: CircuitBreaker | None, routing: Routing) -> CircuitBreaker:

@@ -5,7 +5,7 @@ import yaml
 
 from proxy.config import Config, Team, parse_config
 from proxy.errors import ModelNotFound, PermissionDenied
-from proxy.routing import allowed_models, describe_routes, may_use, resolve_model
+from proxy.routing import ModelTable, allowed_models, describe_routes, may_use
 
 CONFIG_YAML = """
 providers:
@@ -68,7 +68,7 @@ def test_may_use(patterns: tuple[str, ...], model: str, allowed: bool) -> None:
     ],
 )
 def test_resolve_model_permitted(config: Config, team: str, model: str) -> None:
-    assert resolve_model(config, config.teams[team], model) is config.models[model]
+    assert ModelTable(config).resolve(config.teams[team], model) is config.models[model]
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_resolve_model_permitted(config: Config, team: str, model: str) -> None:
 )
 def test_resolve_model_not_permitted(config: Config, team: str, model: str) -> None:
     with pytest.raises(PermissionDenied) as info:
-        resolve_model(config, config.teams[team], model)
+        ModelTable(config).resolve(config.teams[team], model)
     assert info.value.message == f"Team '{team}' may not use model '{model}'"
     assert (info.value.param, info.value.code, info.value.http_status) == (
         "model",
@@ -98,7 +98,7 @@ def test_resolve_model_not_permitted(config: Config, team: str, model: str) -> N
 def test_resolve_model_unknown(config: Config, team: str, model: str) -> None:
     # Unknown beats forbidden: a glob that would match the name does not make the model exist.
     with pytest.raises(ModelNotFound) as info:
-        resolve_model(config, config.teams[team], model)
+        ModelTable(config).resolve(config.teams[team], model)
     assert info.value.message == f"The model '{model}' does not exist"
     assert (info.value.code, info.value.http_status) == ("model_not_found", 404)
 
