@@ -8,9 +8,10 @@ overhead_s, upstream_s, client_disconnected, fixes. The tokens are those the met
 header is ever written: the ``Exchange`` holds none of them.
 
 The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
-descriptor, without ``logging``, which cost about 9 us and one write(2) per line. The lines of
-one event-loop turn are written together, in writes of at most ``PIPE_BUF`` bytes cut at line
-ends: workers share their stderr pipe, and a write that size is never interleaved with another.
+descriptor, without ``logging``, which cost about 9 us and one write(2) per line. Requests are
+reported every few milliseconds (``proxy.batch.REPORT_DELAY``), and the lines of one event-loop
+turn are written together, in writes of at most ``PIPE_BUF`` bytes cut at line ends: workers
+share their stderr pipe, and a write that size is never interleaved with another.
 """
 
 from __future__ import annotations

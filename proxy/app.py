@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.batch import Batch
+from proxy.batch import REPORT_DELAY, Batch
 from proxy.completion import handle_completion
 from proxy.config import Config
 from proxy.errors import (
@@ -51,10 +51,6 @@ _API: Final[Mapping[str, tuple[str, Literal["chat", "completions", "models"]]]] 
     "/v1/models": ("GET", "models"),
 }
 _GET: Final = ("GET", "HEAD")  # a GET route answers HEAD too (aiohttp drops the body)
-# How long finished requests wait to be told to the observers, all together. Off the path of
-# the requests that follow (a request that arrived while its predecessor's metrics and log line
-# were being made waited for them), and with their code and data warm from one to the next.
-REPORT_DELAY: Final = 0.005
 
 
 def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -207,6 +203,8 @@ class Gateway:
             return error_response(exc, _error_headers(exc))
         # A scrape of /metrics on this listener counts every request that has ended here.
         self._reports.flush_now()
+        for observer in self.state.observers:
+            observer.flush()
         return await handler(request)
 
     @staticmethod

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.app import Handler, error_response
-from proxy.batch import Batch
+from proxy.batch import REPORT_DELAY, Batch
 from proxy.config import Deployment
 from proxy.errors import AuthenticationFailed
 from proxy.exchange import Exchange
@@ -228,12 +228,13 @@ class ProxyMetrics(Observer):
         # The gauge child of each stream in flight, by id() of its exchange (which is alive, and
         # so keeps its id, until finished() has run).
         self._streaming: dict[int, Gauge] = {}
-        # Counter increments and gauge moves of this loop turn, by child, written at its end:
-        # with several workers each write goes to a memory-mapped file under a lock, which made
-        # metrics about half the cost of a request's observers (bench/metering.py).
+        # Counter increments and gauge moves, by child, held for REPORT_DELAY and written
+        # together: with several workers each write goes to a memory-mapped file under a lock,
+        # which made metrics about half the cost of a request's observers (bench/metering.py).
+        # A request that starts and ends within the delay moves no gauge at all.
         self._counts: dict[Counter, float] = {}
         self._moves: dict[Gauge, float] = {}
-        self._batch = Batch(self.flush)
+        self._batch = Batch(self.flush, REPORT_DELAY)
         self._routes: dict[tuple[str, str, str, str, str, str], _Route] = {}
         for endpoint in ENDPOINTS:
             self.requests_in_flight(endpoint)
@@ -295,17 +296,17 @@ class ProxyMetrics(Observer):
             count(self.normalization_fixes(provider, fix), 1)
 
     def close(self) -> None:
-        self.flush()
+        self._batch.flush_now()
 
     def flush(self) -> None:
-        """Write this turn's increments: counters first, in-flight gauges last, so that a reader
+        """Write the increments held: counters first, in-flight gauges last, so that a reader
         who sees a request no longer in flight also sees it counted."""
         counts, self._counts = self._counts, {}
         moves, self._moves = self._moves, {}
         for counter, amount in counts.items():
             counter.inc(amount)
         for gauge, amount in moves.items():
-            if amount:  # a request that started and ended within the turn moves nothing
+            if amount:  # a request that started and ended within the delay moves nothing
                 gauge.inc(amount)
 
     def _count(self, counter: Counter, amount: float) -> None:

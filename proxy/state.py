@@ -43,6 +43,9 @@ class Observer:
     def reloaded(self, ok: bool) -> None:
         """A configuration reload was applied (``ok``) or refused."""
 
+    def flush(self) -> None:
+        """Write out what is held now (a scrape of /metrics is about to read it)."""
+
     def close(self) -> None:
         """The worker is stopping, its requests are over: write out anything still held."""
 

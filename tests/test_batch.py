@@ -1,6 +1,6 @@
-"""Work held for the end of a loop turn (``proxy.batch``), and the metrics that use it: what a
-turn's requests add is written once, and a reader never sees a request out of flight before
-it is counted."""
+"""Work held for a loop turn or a few milliseconds (``proxy.batch``), and the metrics that use
+it: what the requests of that while add is written once, and a reader never sees a request out
+of flight before it is counted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from proxy.batch import Batch
+from proxy.batch import REPORT_DELAY, Batch
 from proxy.exchange import Exchange
 from proxy.metrics import Exposition, ProxyMetrics
 from proxy.usage import Usage
@@ -64,31 +64,41 @@ def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return total(read_samples(Exposition(registry).render().decode()), name, **labels)
 
 
-async def test_metrics_of_a_turn_are_written_at_its_end() -> None:
+async def _after_the_delay() -> None:
+    await asyncio.sleep(REPORT_DELAY * 4)
+
+
+async def test_metrics_are_held_for_the_delay_then_written_together() -> None:
     registry = CollectorRegistry()
     metrics = ProxyMetrics(registry, ["emu"])
     long_running = _exchange(0)
     metrics.started(long_running)
     await asyncio.sleep(0)
+    assert _value(registry, "llm_proxy_requests_in_flight") == 0  # held
+    await _after_the_delay()
     assert _value(registry, "llm_proxy_requests_in_flight") == 1
 
-    for i in range(1, 4):  # three requests that start and end within one turn
+    for i in range(1, 4):  # three requests that start and end within the delay
         exchange = _exchange(i)
         metrics.started(exchange)
         metrics.finished(exchange)
     assert _value(registry, "llm_proxy_requests_total") == 0
     # Histograms are observed at once: each observation has its own bucket.
     assert _value(registry, "llm_proxy_request_duration_seconds_count") == 3
-    await asyncio.sleep(0)
+    await _after_the_delay()
     assert _value(registry, "llm_proxy_requests_total", team="alpha", status_class="2xx") == 3
     assert _value(registry, "llm_proxy_tokens_total", type="prompt") == 9
     assert _value(registry, "llm_proxy_tokens_total", type="completion") == 6
-    assert _value(registry, "llm_proxy_requests_in_flight") == 1
+    assert _value(registry, "llm_proxy_requests_in_flight") == 1  # theirs never moved it
 
     metrics.finished(long_running)
-    metrics.close()  # a stopping worker writes what it holds without waiting for the turn
+    metrics.flush()  # a scrape is about to read: written now
     assert _value(registry, "llm_proxy_requests_total") == 4
     assert _value(registry, "llm_proxy_requests_in_flight") == 0
+
+    metrics.started(_exchange(5))
+    metrics.close()  # a stopping worker writes what it holds without waiting
+    assert _value(registry, "llm_proxy_requests_in_flight") == 1
 
 
 async def test_counts_are_written_before_in_flight_moves() -> None:
@@ -98,7 +108,7 @@ async def test_counts_are_written_before_in_flight_moves() -> None:
     metrics = ProxyMetrics(registry, ["emu"])
     exchange = _exchange(0)
     metrics.started(exchange)
-    await asyncio.sleep(0)
+    metrics.flush()
     seen: list[tuple[float, float]] = []
     gauge = metrics.requests_in_flight("chat")
     move = gauge.inc
@@ -109,5 +119,5 @@ async def test_counts_are_written_before_in_flight_moves() -> None:
 
     gauge.inc = watched  # type: ignore[method-assign]
     metrics.finished(exchange)
-    await asyncio.sleep(0)
+    await _after_the_delay()
     assert seen == [(1, -1)]
