@@ -32,7 +32,6 @@ from proxy.errors import (
     to_openai_error,
 )
 from proxy.exchange import Exchange
-from proxy.routing import allowed_models
 from proxy.state import Observer, Runtime, State
 from proxy.upstream import UpstreamClient
 
@@ -227,7 +226,7 @@ class Gateway:
                 "created": runtime.loaded_at,
                 "owned_by": config.models[name].deployments[0].provider,
             }
-            for name in allowed_models(config, team)
+            for name in runtime.models.allowed(team)
         ]
         return web.Response(
             body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"

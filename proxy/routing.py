@@ -33,6 +33,10 @@ class ModelTable:
             name: frozenset(allowed_models(config, team)) for name, team in config.teams.items()
         }
 
+    def allowed(self, team: Team) -> list[str]:
+        """The configured model names the team may use, sorted (GET /v1/models)."""
+        return sorted(self._permitted.get(team.name, ()))
+
     def resolve(self, team: Team, model: str) -> Model:
         """The configured model a request names, if the team may use it."""
         found = self._models.get(model)

@@ -114,6 +114,7 @@ def test_resolve_model_unknown(config: Config, team: str, model: str) -> None:
 )
 def test_allowed_models(config: Config, team: str, models: list[str]) -> None:
     assert allowed_models(config, config.teams[team]) == models
+    assert ModelTable(config).allowed(config.teams[team]) == models
 
 
 def test_describe_routes(config: Config) -> None:
