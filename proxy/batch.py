@@ -43,7 +43,7 @@ class Batch:
             self._handle = loop.call_soon(self._run)
 
     def flush_now(self) -> None:
-        """Flush what is held without waiting (a worker that stops)."""
+        """Flush what is held without waiting (a scrape is about to read, a worker stops)."""
         if self._handle is not None:
             self._handle.cancel()
         self._run()
