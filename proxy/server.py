@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import mark_process_dead
@@ -37,7 +38,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from proxy.access_log import AccessLog
 from proxy.app import Gateway, Observer, Runtime, State
 from proxy.config import Config, load_config
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, InvalidRequest, ProxyError, error_body
 from proxy.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
 
 log = logging.getLogger("proxy.server")
@@ -80,13 +81,49 @@ def make_observers(
     return observers
 
 
+class _RequestHandler(web.RequestHandler):
+    """aiohttp's handler of one connection, answering what it could not parse (a bad request
+    line, headers too large, a Content-Length that is no number) in CANONICAL.md 4's shape
+    instead of aiohttp's plain text."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        # aiohttp's own: it logs, and refuses (ConnectionError) once a response has begun.
+        super().handle_error(request, status, exc, message)
+        error: ProxyError
+        if status < 500:
+            detail = " ".join((message or "").split())[:200]
+            error = InvalidRequest(
+                f"Malformed HTTP request: {detail}" if detail else "Malformed HTTP request",
+                code="invalid_http",
+            )
+        else:
+            error = ProxyError("The proxy failed to handle the request")
+        response = web.Response(
+            status=status, body=orjson.dumps(error_body(error)), content_type="application/json"
+        )
+        response.force_close()  # what follows on this connection cannot be trusted either
+        return response
+
+
+class _Server(web.Server):
+    def __call__(self) -> web.RequestHandler:
+        # aiohttp's Server.__call__, with the handler above.
+        return _RequestHandler(self, loop=self._loop, **self._kwargs)
+
+
 class ProxyRunner(web.ServerRunner):
     """The runner of the proxy's listener: aiohttp's low-level server calling
     ``gateway.handle``, with the server-side limits of ``config.server``, and the gateway's
     lifetime (its upstream session opens on setup and closes once requests have drained)."""
 
     def __init__(self, gateway: Gateway, config: Config) -> None:
-        server = web.Server(
+        server = _Server(
             gateway.handle,
             # A client that goes away cancels its handler, which closes the upstream request.
             handler_cancellation=True,

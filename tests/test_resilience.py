@@ -269,11 +269,18 @@ def test_malformed_requests_get_a_4xx(
 ) -> None:
     port = int(proxy_url.rsplit(":", 1)[1].split("/", 1)[0])
     answer = raw_http(port, request_bytes)
-    # Refused by the HTTP layer before any API handling: a plain-text 4xx (documented).
+    # Refused by the HTTP layer before any API handling, in CANONICAL.md 4's shape all the same.
     assert answer[:9] in (b"HTTP/1.0 ", b"HTTP/1.1 ") and answer[9:].startswith(status), answer[
         :200
     ]
-    assert b"Traceback" not in answer
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"Content-Type: application/json" in head
+    assert head.startswith(b"HTTP/1.0 ") or b"Connection: close" in head
+    error = orjson.loads(body)
+    validate(error, "ErrorResponse")
+    assert error["error"]["type"] == "invalid_request_error"
+    assert error["error"]["code"] == "invalid_http"
+    assert error["error"]["message"].startswith("Malformed HTTP request")
 
 
 async def test_a_slow_client_gets_a_timeout_not_a_worker(fresh: Servers) -> None:
