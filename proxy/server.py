@@ -119,10 +119,12 @@ class _Server(web.Server):
 
 class ProxyRunner(web.ServerRunner):
     """The runner of the proxy's listener: aiohttp's low-level server calling
-    ``gateway.handle``, with the server-side limits of ``config.server``, and the gateway's
+    ``gateway.handle``, with the server-side limits of its ``config.server``, and the gateway's
     lifetime (its upstream session opens on setup and closes once requests have drained)."""
 
-    def __init__(self, gateway: Gateway, config: Config) -> None:
+    def __init__(self, gateway: Gateway) -> None:
+        # The configuration it starts with: server settings change only with a restart.
+        config = gateway.state.runtime.config
         server = _Server(
             gateway.handle,
             # A client that goes away cancels its handler, which closes the upstream request.
@@ -193,7 +195,7 @@ async def serve_worker(
                 metrics.host,
                 metrics.port,
             )
-        runner = ProxyRunner(gateway, config)
+        runner = ProxyRunner(gateway)
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(

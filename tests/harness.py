@@ -63,7 +63,7 @@ async def start_site(app: web.Application | Gateway, port: int) -> web.BaseRunne
     """Serve ``app`` on loopback: a proxy as ``llm-proxy serve`` does, else an aiohttp app."""
     runner: web.BaseRunner
     if isinstance(app, Gateway):
-        runner = ProxyRunner(app, app.state.runtime.config)
+        runner = ProxyRunner(app)
     else:
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5)
     await runner.setup()
