@@ -11,6 +11,10 @@ flipped every round, so that the noise of a shared machine falls on both alike; 
 the median of the rounds for each, and the ratio B/A. For plain-1 the figure is the p50 latency
 (lower is better); for the others, requests or streams per second.
 
+slow-1000 (``--profiles slow-1000``, alone or with the others) opens 1,000 slow streams at once
+on each side in turn, as bench/run.py does; its figure is the time to first token at p99 (lower
+is better). Give it ``--seconds 10`` or more: a slow stream lasts 2.65 s.
+
 A full benchmark (bench/run.py) measures where the proxy stands; this measures one change.
 """
 
@@ -32,7 +36,9 @@ from gateways import Gateway
 from procs import Service, free_port, wait_http
 
 ROOT = Path(__file__).resolve().parent.parent
-LATENCY = {"plain-1"}  # profiles judged by p50 latency, not by rate
+# Profiles judged by a latency (which one), not by rate: lower is better.
+LATENCY = {"plain-1": "p50", "slow-1000": "p99"}
+STREAM_TIMEOUT = 60.0  # seconds one slow stream may take (bench/run.py's default)
 
 
 @contextmanager
@@ -53,12 +59,22 @@ def checkout(revision: str | None, into: Path) -> Iterator[Path]:
         )
 
 
+def load_once(gateway: Gateway, profile: load.Profile, seconds: int) -> load.Outcome:
+    """One run of ``profile`` against ``gateway``, as bench/run.py loads it."""
+    if profile.kind == "slow":
+        return load.run_streams(gateway, profile, seconds, STREAM_TIMEOUT)
+    return load.run_wrk(gateway, profile, seconds)
+
+
 def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> float | None:
-    outcome = load.run_wrk(gateway, profile, seconds)  # as bench/run.py loads these profiles
+    outcome = load_once(gateway, profile, seconds)
     if outcome.failed or outcome.errors:
         print(f"  {gateway.name} {profile.name}: {outcome.failed or outcome.errors}", flush=True)
         return None
-    return outcome.p50_ms if profile.name in LATENCY else outcome.rate
+    latency = LATENCY.get(profile.name)
+    if latency is None:
+        return outcome.rate
+    return outcome.p50_ms if latency == "p50" else outcome.p99_ms
 
 
 def main() -> int:
@@ -71,8 +87,8 @@ def main() -> int:
     parser.add_argument("--profiles", default="plain-64,plain-1,stream-16")
     args = parser.parse_args()
     profiles = [load.PROFILES[name] for name in args.profiles.split(",")]
-    if any(p.kind == "slow" or p.name == "soak" for p in profiles):
-        parser.error("slow-1000 and soak are whole runs of their own: use bench/run.py")
+    if any(p.name == "soak" for p in profiles):
+        parser.error("soak is a whole run of its own: use bench/run.py")
 
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp_name:
         tmp = Path(tmp_name)
@@ -112,7 +128,7 @@ def run_rounds(
             if problem is not None:
                 raise SystemExit(f"{gateway.name} answers {kind} wrongly: {problem}")
         for profile in profiles:
-            load.run_wrk(gateway, profile, 2)  # warm-up, not counted (as bench/run.py does)
+            load_once(gateway, profile, 2)  # warm-up, not counted (as bench/run.py does)
     for round_number in range(rounds):
         order = pair if round_number % 2 == 0 else pair[::-1]
         for profile in profiles:
@@ -144,7 +160,8 @@ def report(
             print(f"  {profile.name:10} no figures")
             continue
         median_a, median_b = statistics.median(a), statistics.median(b)
-        unit = "ms p50" if profile.name in LATENCY else "/s"
+        latency = LATENCY.get(profile.name)
+        unit = f"ms {latency}" if latency else "/s"
         print(
             f"  {profile.name:10} A {median_a:10.3f} {unit:6}  B {median_b:10.3f} {unit:6}"
             f"  B/A {median_b / median_a:5.3f}"

@@ -96,7 +96,8 @@ def stream_events(gateway: Gateway, kind: str) -> int:
     """How many ``data:`` events the gateway sends for one stream of ``kind``."""
     request = _request(gateway, kind)
     with urllib.request.urlopen(request, timeout=30) as response:
-        return response.read().count(b"data:")
+        body: bytes = response.read()
+    return body.count(b"data:")
 
 
 def _run_client(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess[str], float]:
