@@ -38,7 +38,6 @@ from procs import Service, free_port, wait_http
 ROOT = Path(__file__).resolve().parent.parent
 # Profiles judged by a latency (which one), not by rate: lower is better.
 LATENCY = {"plain-1": "p50", "slow-1000": "p99"}
-STREAM_TIMEOUT = 60.0  # seconds one slow stream may take (bench/run.py's default)
 
 
 @contextmanager
@@ -59,15 +58,8 @@ def checkout(revision: str | None, into: Path) -> Iterator[Path]:
         )
 
 
-def load_once(gateway: Gateway, profile: load.Profile, seconds: int) -> load.Outcome:
-    """One run of ``profile`` against ``gateway``, as bench/run.py loads it."""
-    if profile.kind == "slow":
-        return load.run_streams(gateway, profile, seconds, STREAM_TIMEOUT)
-    return load.run_wrk(gateway, profile, seconds)
-
-
 def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> float | None:
-    outcome = load_once(gateway, profile, seconds)
+    outcome = load.run_profile(gateway, profile, seconds)  # as bench/run.py loads them
     if outcome.failed or outcome.errors:
         print(f"  {gateway.name} {profile.name}: {outcome.failed or outcome.errors}", flush=True)
         return None
@@ -128,7 +120,8 @@ def run_rounds(
             if problem is not None:
                 raise SystemExit(f"{gateway.name} answers {kind} wrongly: {problem}")
         for profile in profiles:
-            load_once(gateway, profile, 2)  # warm-up, not counted (as bench/run.py does)
+            if profile.kind != "slow":
+                load.run_wrk(gateway, profile, 2)  # warm-up, not counted (as bench/run.py does)
     for round_number in range(rounds):
         order = pair if round_number % 2 == 0 else pair[::-1]
         for profile in profiles:

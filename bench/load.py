@@ -153,6 +153,16 @@ def run_wrk(gateway: Gateway, profile: Profile, seconds: int) -> Outcome:
     )
 
 
+def run_profile(
+    gateway: Gateway, profile: Profile, seconds: int, stream_timeout: float = 60.0
+) -> Outcome:
+    """One run of ``profile``: wrk, or the slow-stream client for slow streams (each of which
+    may take up to ``stream_timeout`` seconds)."""
+    if profile.kind == "slow":
+        return run_streams(gateway, profile, seconds, stream_timeout)
+    return run_wrk(gateway, profile, seconds)
+
+
 def run_streams(gateway: Gateway, profile: Profile, seconds: int, timeout: float) -> Outcome:
     argv = [
         sys.executable,

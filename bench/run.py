@@ -199,12 +199,9 @@ class Run:
         if profile.kind != "slow":
             load.run_wrk(gateway, profile, 2)  # warm-up, not counted
         with MemorySampler(gateway.processes, gateway.workers) as memory:
-            if profile.kind == "slow":
-                outcome = load.run_streams(
-                    gateway, profile, self.args.duration, self.args.stream_timeout
-                )
-            else:
-                outcome = load.run_wrk(gateway, profile, self.args.duration)
+            outcome = load.run_profile(
+                gateway, profile, self.args.duration, self.args.stream_timeout
+            )
         peak = memory.peak
         per_worker = peak.worker_mb if len(gateway.workers()) > 1 else None
         self.say(
