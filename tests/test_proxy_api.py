@@ -403,10 +403,10 @@ async def test_methods_and_paths(
         assert (error["type"], error["code"]) == ("invalid_request_error", code)
 
 
-def _exchange(port: int, head: bytes, body: bytes | None) -> tuple[bytes, bytes]:
-    """Send ``head``, read what comes back within 2 s; then send ``body`` (if any) and read
-    the rest until the server is done."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+def _exchange(port: int, head: bytes, body: bytes | None, wait: float = 2.0) -> tuple[bytes, bytes]:
+    """Send ``head``, read what comes back within ``wait`` s; then send ``body`` (if any) and
+    read the rest until the server is done."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
         sock.sendall(head)
         try:
             first = sock.recv(65536)
@@ -436,6 +436,21 @@ async def test_expect_100_continue_is_answered_before_the_body(proxy_url: str) -
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
     answer = orjson.loads(rest.split(b"\r\n\r\n", 1)[1])
     validate(answer, "CreateChatCompletionResponse")
+
+
+async def test_an_http_1_0_client_is_not_told_to_continue(proxy_url: str) -> None:
+    """HTTP/1.0 has no 100 Continue (RFC 9110 10.1.1): the proxy waits for the body."""
+    port = urlsplit(proxy_url).port
+    assert port is not None
+    body = orjson.dumps({"model": "gpt-4o", "messages": CHAT})
+    head = (
+        f"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    ).encode()
+    first, rest = await asyncio.to_thread(_exchange, port, head, body, 0.5)
+    assert first == b""
+    assert rest.startswith(b"HTTP/1.0 200 OK\r\n"), rest[:200]
 
 
 async def test_unknown_expectation_is_417(proxy_url: str) -> None:
