@@ -27,7 +27,6 @@ from proxy.normalize.fields import (
     chat_logprobs,
     completion_logprobs,
     is_error_finish,
-    make_call_id,
     make_id,
     plausible_created,
     take_text,
@@ -42,10 +41,10 @@ from proxy.normalize.tables import (
     FIX_FINISH_REASON,
     FIX_FINISH_SYNTHESIZED,
     FIX_ROLE,
-    FIX_TOOL_CALLS,
     FIX_USAGE,
     STOP_MEANS_TOOL_CALLS,
 )
+from proxy.normalize.toolcalls import ToolCalls
 from proxy.sse import DONE_FRAME, Event, encode_data, is_done
 from proxy.usage import Usage, canonical_usage, estimated_usage, sum_usage, usage_value
 
@@ -64,19 +63,10 @@ class _Failed:
 
 
 @dataclass(slots=True)
-class _Call:
-    index: int  # dense, from 0, per choice
-    id: str | None
-    emitted: bool = False
-    pending: list[str] = field(default_factory=list)  # arguments seen before the name
-
-
-@dataclass(slots=True)
 class _Choice:
     role_sent: bool = False
     finish: str | None = None
-    calls: dict[object, _Call] = field(default_factory=dict)
-    last_call: _Call | None = None
+    calls: ToolCalls = field(default_factory=ToolCalls)
 
 
 class StreamNormalizer:
@@ -354,7 +344,7 @@ class StreamNormalizer:
             return None
         if reason != value:
             self.fixes.add(FIX_FINISH_REASON)
-        if value in STOP_MEANS_TOOL_CALLS and any(c.emitted for c in state.calls.values()):
+        if value in STOP_MEANS_TOOL_CALLS and state.calls.emitted:
             reason = "tool_calls"
         if state.finish is None:
             state.finish = reason
@@ -384,9 +374,12 @@ class StreamNormalizer:
             self._count_text(refusal)
         tool_calls = delta.get("tool_calls")
         if tool_calls is not None:
-            fragments = self._tool_calls(tool_calls, state)
+            fragments = state.calls.take(tool_calls, self.fixes)
             if fragments:
                 out["tool_calls"] = fragments
+                for fragment in fragments:
+                    if arguments := fragment["function"]["arguments"]:
+                        self._count_text(arguments)
         function_call = delta.get("function_call")
         if isinstance(function_call, dict):
             legacy_call = {
@@ -436,95 +429,6 @@ class StreamNormalizer:
         self._text_chars += len(text)
         self._text_events += 1
 
-    # -- tool calls ----------------------------------------------------------------------
-
-    def _tool_calls(self, raw: object, state: _Choice) -> list[dict[str, Any]]:
-        if isinstance(raw, dict):
-            raw = [raw]  # TGI <= 2.0 sends one object instead of an array
-            self.fixes.add(FIX_TOOL_CALLS)
-        if not isinstance(raw, list):
-            return []
-        out = []
-        for position, fragment in enumerate(raw):
-            if isinstance(fragment, dict):
-                emitted = self._tool_call(fragment, position, state)
-                if emitted is not None:
-                    out.append(emitted)
-        return out
-
-    def _tool_call(
-        self, fragment: dict[str, Any], position: int, state: _Choice
-    ) -> dict[str, Any] | None:
-        function = fragment.get("function")
-        if not isinstance(function, dict):
-            function = {}
-        name = function.get("name")
-        arguments = function.get("arguments")
-        if isinstance(arguments, dict | list):
-            arguments = orjson.dumps(arguments).decode()  # some servers send parsed JSON
-        if not isinstance(arguments, str):
-            arguments = ""
-        call_id = fragment.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            call_id = None
-
-        call = self._find_call(fragment, call_id, position, state)
-        if call.emitted:
-            if call_id is not None or fragment.get("type") is not None or name is not None:
-                self.fixes.add(FIX_TOOL_CALLS)  # continuations repeat id, type or an empty name
-            if not arguments:
-                return None
-            self._count_text(arguments)
-            return {"index": call.index, "function": {"arguments": arguments}}
-        if not isinstance(name, str) or not name:
-            # A call is announced by its name (CANONICAL.md 2); keep its arguments until then.
-            if arguments:
-                call.pending.append(arguments)
-            self.fixes.add(FIX_TOOL_CALLS)
-            return None
-        if call.pending:
-            arguments = "".join(call.pending) + arguments
-            call.pending.clear()
-        call.emitted = True
-        if call.id is None:
-            call.id = make_call_id()
-            self.fixes.add(FIX_TOOL_CALLS)
-        if arguments:
-            self._count_text(arguments)
-        return {
-            "index": call.index,
-            "id": call.id,
-            "type": "function",
-            "function": {"name": name, "arguments": arguments},
-        }
-
-    def _find_call(
-        self, fragment: dict[str, Any], call_id: str | None, position: int, state: _Choice
-    ) -> _Call:
-        """The call a fragment belongs to, by the upstream's index, else its id, else order.
-
-        Upstream indexes may start at 1 (Anthropic's compat layer) or be missing (Mistral):
-        the client sees dense indexes from 0 in order of first appearance.
-        """
-        index = fragment.get("index")
-        key: object
-        if isinstance(index, int) and not isinstance(index, bool):
-            key = ("index", index)
-        elif call_id is not None:
-            key = ("id", call_id)
-        elif state.last_call is not None and position == 0:
-            return state.last_call
-        else:
-            key = ("position", position, len(state.calls))
-        call = state.calls.get(key)
-        if call is None:
-            if key != ("index", len(state.calls)):
-                self.fixes.add(FIX_TOOL_CALLS)
-            call = _Call(len(state.calls), call_id)
-            state.calls[key] = call
-        state.last_call = call
-        return call
-
     # -- the end -------------------------------------------------------------------------
 
     def _end(self, *, done: bool) -> list[bytes]:
@@ -564,7 +468,7 @@ class StreamNormalizer:
         return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
 
     def _synthesized_finish(self, index: int, state: _Choice) -> str:
-        if any(call.emitted for call in state.calls.values()):
+        if state.calls.emitted:
             return "tool_calls"
         limit = self.ctx.max_tokens
         if limit is None:
