@@ -186,7 +186,7 @@ async def _attempt(
         reasoning=model.reasoning,
         dialect=provider.dialect,
         n=client_request.n,
-        prompt_chars=client_request.prompt_chars,
+        prompt=client_request.prompt,
     )
     body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     timeouts = provider.timeouts

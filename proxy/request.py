@@ -25,7 +25,7 @@ class ClientRequest:
     include_usage: bool  # the client asked for usage in its stream
     max_tokens: int | None
     n: int
-    prompt_chars: int  # for a usage estimate where the upstream reports none
+    prompt: object  # the messages or the prompt, measured only for a usage estimate
 
 
 def _wrong_type(param: str, expected: str) -> InvalidRequest:
@@ -47,19 +47,6 @@ def _optional_int(body: dict[str, Any], param: str, minimum: int) -> int | None:
             code="invalid_value",
         )
     return value
-
-
-def _prompt_chars(value: object) -> int:
-    """Characters of text in messages or a prompt, however deeply the parts nest."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list):
-        return sum(_prompt_chars(item) for item in value)
-    if isinstance(value, dict):
-        return sum(
-            _prompt_chars(value.get(key)) for key in ("content", "text", "prompt") if key in value
-        )
-    return 0
 
 
 def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
@@ -93,7 +80,7 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
             raise _wrong_type("messages", "a non-empty array")
         if not all(isinstance(message, dict) for message in messages):
             raise _wrong_type("messages", "an array of objects")
-        prompt_chars = _prompt_chars(messages)
+        prompt: object = messages
     else:
         prompt = body.get("prompt")
         if prompt is None:
@@ -104,7 +91,6 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
             )
         if not isinstance(prompt, str | list):
             raise _wrong_type("prompt", "a string or an array")
-        prompt_chars = _prompt_chars(prompt)
 
     stream = body.get("stream", False)
     if stream is None:
@@ -125,7 +111,7 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
         max_tokens = _optional_int(body, "max_tokens", 0)
     n = _optional_int(body, "n", 1) or 1
     return ClientRequest(
-        endpoint, body, model, stream, include_usage and stream, max_tokens, n, prompt_chars
+        endpoint, body, model, stream, include_usage and stream, max_tokens, n, prompt
     )
 
 

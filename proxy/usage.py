@@ -162,6 +162,23 @@ def estimate_tokens(chars: int) -> int:
     return (chars + 3) // 4
 
 
+def prompt_chars(value: object) -> int:
+    """Characters of text in messages or a prompt, however deeply the parts nest.
+
+    Counted only for an estimate (an upstream that reports no usage): walking a long
+    conversation costs more than all the rest of a request's own work.
+    """
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(prompt_chars(item) for item in value)
+    if isinstance(value, dict):
+        return sum(
+            prompt_chars(value.get(key)) for key in ("content", "text", "prompt") if key in value
+        )
+    return 0
+
+
 def estimated_usage(prompt_chars: int, completion_chars: int, completion_events: int) -> Usage:
     """An estimate for a request whose upstream gave no counts.
 

@@ -227,6 +227,6 @@ def test_answers_on_the_edges(
         created=1_700_000_000,
         max_tokens=max_tokens,
         reasoning=reasoning,
-        prompt_chars=40,
+        prompt="x" * 40,
     )
     _same(orjson.dumps(_variant(changes)), ctx)

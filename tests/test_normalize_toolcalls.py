@@ -160,7 +160,7 @@ def test_an_estimate_counts_the_arguments_the_client_got() -> None:
     """With no usage from the upstream, the completion estimate counts what the client
     received: here 400 characters of arguments, in the announcement and one continuation
     (arguments held before the name count once, when they go out)."""
-    ctx = RequestContext(endpoint="chat", model="m", created=1_700_000_000, prompt_chars=8)
+    ctx = RequestContext(endpoint="chat", model="m", created=1_700_000_000, prompt="8 chars.")
     normalizer = StreamNormalizer(ctx)
     head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
     deltas = [

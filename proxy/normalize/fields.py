@@ -38,7 +38,9 @@ class RequestContext:
     reasoning: bool = True  # False: the model's config drops reasoning_content
     dialect: str = "openai"
     n: int = 1  # choices the client asked for; with 1, any upstream choice index means choice 0
-    prompt_chars: int = 0  # size of the prompt, for an estimate when the upstream counts nothing
+    # The messages or prompt: measured (usage.prompt_chars) only for an estimate, when the
+    # upstream counts nothing.
+    prompt: object = None
 
 
 def make_id(endpoint: Endpoint) -> str:

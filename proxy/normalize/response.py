@@ -36,7 +36,7 @@ from proxy.normalize.tables import (
     FIX_USAGE,
     STOP_MEANS_TOOL_CALLS,
 )
-from proxy.usage import Usage, canonical_usage, estimated_usage, usage_value
+from proxy.usage import Usage, canonical_usage, estimated_usage, prompt_chars, usage_value
 
 _RESPONSE_KEYS = frozenset(
     {"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"}
@@ -179,7 +179,7 @@ class _Builder:
         if usage is not None:
             value = usage_value(usage)
         else:
-            value = estimated_usage(ctx.prompt_chars, self.text_chars, self.text_events)
+            value = estimated_usage(prompt_chars(ctx.prompt), self.text_chars, self.text_events)
             usage = {
                 "prompt_tokens": value.prompt_tokens,
                 "completion_tokens": value.completion_tokens,

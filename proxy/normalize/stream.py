@@ -46,7 +46,14 @@ from proxy.normalize.tables import (
 )
 from proxy.normalize.toolcalls import ToolCalls
 from proxy.sse import DONE_FRAME, Event, encode_data, is_done
-from proxy.usage import Usage, canonical_usage, estimated_usage, sum_usage, usage_value
+from proxy.usage import (
+    Usage,
+    canonical_usage,
+    estimated_usage,
+    prompt_chars,
+    sum_usage,
+    usage_value,
+)
 
 _CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "system_fingerprint"})
 _CHAT_CHOICE_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})
@@ -151,7 +158,7 @@ class StreamNormalizer:
         usage = self._final_usage()
         if usage is not None:
             return usage_value(usage)
-        return estimated_usage(self.ctx.prompt_chars, self._text_chars, self._text_events)
+        return estimated_usage(prompt_chars(self.ctx.prompt), self._text_chars, self._text_events)
 
     # -- one chunk -----------------------------------------------------------------------
 
