@@ -24,7 +24,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,9 +112,24 @@ class _RequestHandler(web.RequestHandler):
 
 
 class _Server(web.Server):
+    """aiohttp's low-level server, making a ``_RequestHandler`` for each connection."""
+
+    def __init__(
+        self,
+        handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+        *,
+        handler_cancellation: bool,
+        **settings: Any,
+    ) -> None:
+        super().__init__(handler, handler_cancellation=handler_cancellation, **settings)
+        # Our own copy of the connections' settings: aiohttp keeps its copy in private
+        # attributes, which a minor release may rename.
+        self._settings = settings
+
     def __call__(self) -> web.RequestHandler:
-        # aiohttp's Server.__call__, with the handler above.
-        return _RequestHandler(self, loop=self._loop, **self._kwargs)
+        # aiohttp's Server.__call__ (the protocol factory, called on the running loop), with
+        # the handler above.
+        return _RequestHandler(self, loop=asyncio.get_running_loop(), **self._settings)
 
 
 class ProxyRunner(web.ServerRunner):
