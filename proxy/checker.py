@@ -99,22 +99,15 @@ def non_negative(value: object) -> float:
     return number
 
 
-def choice(options: frozenset[str], noun: str) -> Callable[[object], str]:
-    def read(value: object) -> str:
-        name = text(value)
-        if name not in options:
-            raise Invalid(f"unknown {noun} '{name}' (known: {', '.join(sorted(options))})")
-        return name
+def member(names: Collection[str], noun: str, *, listed: bool = False) -> Callable[[object], str]:
+    """The reader of one of ``names``. ``listed``: an unknown name's message lists the known
+    ones, for a fixed set (dialects); a file's own names (its providers) are there to read."""
 
-    return read
-
-
-def member(names: Collection[str], noun: str) -> Callable[[object], str]:
-    # The known names are in the same file, so the message does not list them.
     def read(value: object) -> str:
         name = text(value)
         if name not in names:
-            raise Invalid(f"unknown {noun} '{name}'")
+            known = f" (known: {', '.join(sorted(names))})" if listed else ""
+            raise Invalid(f"unknown {noun} '{name}'{known}")
         return name
 
     return read

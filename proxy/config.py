@@ -31,7 +31,6 @@ from proxy.checker import (
     Checker,
     Invalid,
     boolean,
-    choice,
     int_reader,
     join_path,
     member,
@@ -279,14 +278,16 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         return Provider(name, "openai", "")
     return Provider(
         name=name,
-        api=ck.optional(node, "api", path, choice(APIS, "API"), "openai"),
+        api=ck.optional(node, "api", path, member(APIS, "API", listed=True), "openai"),
         base_url=ck.require(node, "base_url", path, _base_url, ""),
         api_key=ck.optional(node, "api_key", path, optional_text, None),
         headers=_string_map(ck, node.get("headers"), join_path(path, "headers"), _header_name),
         query=_string_map(ck, node.get("query"), join_path(path, "query")),
         timeouts=_parse_timeouts(ck, node.get("timeouts"), join_path(path, "timeouts")),
         stream_usage=ck.optional(node, "stream_usage", path, boolean, True),
-        dialect=ck.optional(node, "dialect", path, choice(DIALECTS, "dialect"), "openai"),
+        dialect=ck.optional(
+            node, "dialect", path, member(DIALECTS, "dialect", listed=True), "openai"
+        ),
     )
 
 
