@@ -421,16 +421,23 @@ def _exchange(port: int, head: bytes, body: bytes | None, wait: float = 2.0) -> 
         return first, rest
 
 
+def _asks_to_continue(version: str) -> tuple[bytes, bytes]:
+    """The head and body of a chat request that asks for ``100 Continue`` before its body."""
+    body = orjson.dumps({"model": "gpt-4o", "messages": CHAT})
+    head = (
+        f"POST /v1/chat/completions HTTP/{version}\r\nHost: x\r\n"
+        f"Authorization: Bearer {TEAM_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    ).encode()
+    return head, body
+
+
 async def test_expect_100_continue_is_answered_before_the_body(proxy_url: str) -> None:
     """curl sends ``Expect: 100-continue`` before a large body, and waits for the 100."""
     port = urlsplit(proxy_url).port
     assert port is not None
-    body = orjson.dumps({"model": "gpt-4o", "messages": CHAT})
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        "Expect: 100-continue\r\n\r\n"
-    ).encode()
+    head, body = _asks_to_continue("1.1")
     first, rest = await asyncio.to_thread(_exchange, port, head, body)
     assert first == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert rest.startswith(b"HTTP/1.1 200 OK\r\n")
@@ -442,12 +449,7 @@ async def test_an_http_1_0_client_is_not_told_to_continue(proxy_url: str) -> Non
     """HTTP/1.0 has no 100 Continue (RFC 9110 10.1.1): the proxy waits for the body."""
     port = urlsplit(proxy_url).port
     assert port is not None
-    body = orjson.dumps({"model": "gpt-4o", "messages": CHAT})
-    head = (
-        f"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        "Expect: 100-continue\r\n\r\n"
-    ).encode()
+    head, body = _asks_to_continue("1.0")
     first, rest = await asyncio.to_thread(_exchange, port, head, body, 0.5)
     assert first == b""
     assert rest.startswith(b"HTTP/1.0 200 OK\r\n"), rest[:200]
