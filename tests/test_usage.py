@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.normalize import RequestContext
 from proxy.usage import estimated_usage, prompt_chars
 
 CASES: list[tuple[str, object, int]] = [
@@ -57,3 +58,13 @@ def test_an_estimate_is_about_four_characters_a_token_and_at_least_an_event_a_to
     usage = estimated_usage(prompt_chars("x" * 10), completion_chars=9, completion_events=5)
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (3, 5, 8)
     assert usage.source == "estimated"
+
+
+def test_the_context_carries_the_prompt_out_of_its_repr_and_hash() -> None:
+    """The request context keeps the conversation for a later estimate: a logged context must
+    not print it, and a context stays hashable with a list in it."""
+    messages = [{"role": "user", "content": "my secret plan"}]
+    ctx = RequestContext(endpoint="chat", model="m", created=1, prompt=messages)
+    assert "secret" not in repr(ctx)
+    assert hash(ctx) == hash(RequestContext(endpoint="chat", model="m", created=1))
+    assert prompt_chars(ctx.prompt) == len("my secret plan")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import secrets
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from proxy.errors import UpstreamStatusError
@@ -39,8 +39,9 @@ class RequestContext:
     dialect: str = "openai"
     n: int = 1  # choices the client asked for; with 1, any upstream choice index means choice 0
     # The messages or prompt: measured (usage.prompt_chars) only for an estimate, when the
-    # upstream counts nothing.
-    prompt: object = None
+    # upstream counts nothing. Out of repr (a logged context must not carry the conversation)
+    # and of eq and hash (a list is unhashable, and the size is all that matters).
+    prompt: object = field(default=None, compare=False, repr=False)
 
 
 def make_id(endpoint: Endpoint) -> str:
