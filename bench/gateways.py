@@ -95,6 +95,10 @@ def start_ours(
         [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
         out / f"{name}.log",
         env={"PYTHONPATH": str(source)} if source is not None else None,
+        # Run from the checkout: ``python -m`` puts its working directory first on sys.path,
+        # ahead of PYTHONPATH, so started from the repository's root both sides of bench/ab.py
+        # would run the working tree's package.
+        cwd=source,
     )
     wait_http(f"http://127.0.0.1:{port}/readyz", service)
     url = f"http://127.0.0.1:{port}/v1/chat/completions"

@@ -33,6 +33,7 @@ class Service:
         log: Path,
         env: dict[str, str] | None = None,
         stop_signal: int = signal.SIGTERM,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -44,6 +45,7 @@ class Service:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
             start_new_session=True,
         )
 
