@@ -280,7 +280,7 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         name=name,
         api=ck.optional(node, "api", path, member(APIS, "API", listed=True), "openai"),
         base_url=ck.require(node, "base_url", path, _base_url, ""),
-        api_key=ck.optional(node, "api_key", path, optional_text, None),
+        api_key=ck.optional(node, "api_key", path, _api_key, None),
         headers=_string_map(ck, node.get("headers"), join_path(path, "headers"), _header_name),
         query=_string_map(ck, node.get("query"), join_path(path, "query")),
         timeouts=_parse_timeouts(ck, node.get("timeouts"), join_path(path, "timeouts")),
@@ -376,6 +376,20 @@ def _parse_team(ck: Checker, name: str, raw: object, path: str, seen: dict[bytes
 # --- the readers of this contract's own values (the general ones are in proxy.checker) ------
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 section 5.6.2, token
+# How a request is framed and its connection kept (RFC 9112 6, RFC 9110 7.6.1 and 10.1.1): the
+# proxy's to say on each request to a provider, never a configured constant.
+_FRAMING_HEADERS = frozenset(
+    {
+        "connection",
+        "content-length",
+        "expect",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 _KEY = re.compile(r"[\x21-\x7e]+")  # what fits in "Authorization: Bearer <key>" unmangled
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -407,6 +421,8 @@ def _base_url(value: object) -> str:
 def _header_name(name: str) -> str:
     if not _HEADER_NAME.fullmatch(name):
         raise Invalid("not a valid header name")
+    if name.lower() in _FRAMING_HEADERS:
+        raise Invalid("is set by the proxy for each request")
     return name
 
 
@@ -417,6 +433,12 @@ def _plain_string(value: object) -> str:
     if any(c in value for c in "\r\n\0"):
         raise Invalid("must not contain line breaks")
     return value
+
+
+def _api_key(value: object) -> str | None:
+    # It goes out in a header (Authorization): the same rule as a header's value. A key read
+    # from a file often ends with a line break; refusing it names the problem at load time.
+    return _plain_string(value) or None
 
 
 def _key_digest(value: object) -> bytes:

@@ -161,6 +161,22 @@ BAD = [
         ],
     ),
     (
+        # The proxy frames each request itself (proxy.upstream.request_head).
+        doc(
+            providers="{p: {base_url: 'https://p', headers: "
+            "{Content-Length: '5', transfer-encoding: chunked, Connection: close, Host: h}}}"
+        ),
+        [
+            "providers.p.headers.Content-Length: is set by the proxy for each request",
+            "providers.p.headers.transfer-encoding: is set by the proxy for each request",
+            "providers.p.headers.Connection: is set by the proxy for each request",
+        ],
+    ),
+    (
+        doc(providers="{p: {base_url: 'https://p', api_key: '${NEWLINE}'}}"),
+        ["providers.p.api_key: must not contain line breaks"],
+    ),
+    (
         doc(providers="{p: {base_url: 'https://p', headers: [a], query: {v: [1]}}}"),
         ["providers.p.headers: must be a mapping", "providers.p.query.v: must be a string"],
     ),
