@@ -104,35 +104,30 @@ class Gateway:
             "/readyz": self._readyz,
             **(extra_routes or {}),
         }
-        self._session: aiohttp.ClientSession | None = None
+        self._connector: aiohttp.TCPConnector | None = None
         self._ended: list[Exchange] = []  # finished, not yet told to the observers
         self._reports = Batch(self._report, REPORT_DELAY)
 
     async def start(self) -> None:
-        """Open the upstream session (one pooled keep-alive session per process) and be ready."""
-        connector = aiohttp.TCPConnector(
+        """Open the upstream connection pool (one per process, keep-alive) and be ready."""
+        # No cookie jar either (proxy.upstream sends requests without ClientSession): a cookie
+        # one upstream sets while answering one team must never ride along on another team's
+        # request.
+        self._connector = aiohttp.TCPConnector(
             limit=1024, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
         )
-        # No cookie jar: a cookie one upstream sets while answering one team must never ride
-        # along on another team's request (nor is a gateway a browser session).
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=True,
-            trust_env=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
-        self.state.client = UpstreamClient(self._session)
+        self.state.client = UpstreamClient(self._connector)
         self.state.ready = True
 
     async def close(self) -> None:
         """Not ready any more; report the requests that have ended (all of them, once they have
-        drained); close the upstream session."""
+        drained); close the upstream connections."""
         self._reports.flush_now()
         self.state.ready = False
         self.state.client = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._connector is not None:
+            await self._connector.close()
+            self._connector = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request: an API request under /v1/, else a probe or /metrics."""

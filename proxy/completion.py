@@ -170,8 +170,8 @@ async def _attempt(
     """One try at one deployment: send, wait for the answer's headers, relay it."""
     endpoint = client_request.endpoint
     target = runtime.targets[provider.name]
-    url = target.urls.get(endpoint)
-    if url is None:
+    destination = target.destinations.get(endpoint)
+    if destination is None:
         raise InvalidRequest(
             f"The model '{model.name}' does not serve {_PATHS[endpoint]}",
             param="model",
@@ -199,7 +199,9 @@ async def _attempt(
     try:
         timer.move(min(started + timeouts.first_byte, deadline))
         try:
-            response = await state.client.send(url, target, body, stream=client_request.stream)
+            response = await state.client.send(
+                destination, target, body, stream=client_request.stream
+            )
         except asyncio.CancelledError:
             if not timer.expired():
                 raise  # cancelled from outside: the client left

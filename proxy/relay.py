@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Final, TypeVar
 
-import aiohttp
 import orjson
 from aiohttp import web
 
@@ -30,7 +29,13 @@ from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.sse import Event, SSEDecoder
 from proxy.state import Observer
-from proxy.upstream import TRANSPORT_ERRORS, mapped_errors, read_whole, upstream_error_for
+from proxy.upstream import (
+    TRANSPORT_ERRORS,
+    UpstreamResponse,
+    mapped_errors,
+    read_whole,
+    upstream_error_for,
+)
 
 log = logging.getLogger("proxy.relay")
 T = TypeVar("T")
@@ -49,7 +54,7 @@ _STREAM_HEADERS: Final = {
 class Answer:
     """An upstream's 200 answer, and what relaying it needs."""
 
-    response: aiohttp.ClientResponse
+    response: UpstreamResponse
     family: ApiFamily
     ctx: RequestContext
     timeouts: Timeouts
@@ -161,7 +166,7 @@ _REUSE_WAIT: Final = 0.1
 _REUSE_BYTES: Final = 64 * 1024
 
 
-async def _read_to_end(response: aiohttp.ClientResponse) -> None:
+async def _read_to_end(response: UpstreamResponse) -> None:
     content = response.content
     left = _REUSE_BYTES
     try:

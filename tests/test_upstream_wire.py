@@ -1,0 +1,313 @@
+"""The proxy's requests to a provider, and the answers it must cope with, byte by byte.
+
+``proxy.upstream`` writes each request itself and reads the answer with aiohttp's response
+parser. The upstream here is a bare TCP server (no HTTP library), so that what the proxy sends
+is seen as it is on the wire and the answers can be framed every way HTTP/1.1 allows, or not at
+all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import orjson
+import pytest
+
+from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers, free_port
+from tests.replay import parse_frames
+from tests.schema import validate
+
+FIXTURES = Path(__file__).parent / "fixtures" / "providers"
+ANSWER = (FIXTURES / "openai.chat.json").read_bytes()
+STREAM = (FIXTURES / "openai.chat.stream.sse").read_bytes()
+CHAT = [{"role": "user", "content": "Hello"}]
+AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
+
+Writer = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+
+def _ok(headers: str, body: bytes) -> bytes:
+    return f"HTTP/1.1 200 OK\r\n{headers}\r\n".encode() + body
+
+
+def _chunked(body: bytes, size: int) -> bytes:
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+# Each answer by the first segment of the request's path: (bytes to send, close afterwards).
+ANSWERS: dict[str, tuple[bytes, bool]] = {
+    "length": (
+        _ok(f"Content-Type: application/json\r\nContent-Length: {len(ANSWER)}\r\n", ANSWER),
+        False,
+    ),
+    "chunked": (
+        _ok(
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n", _chunked(ANSWER, 97)
+        ),
+        False,
+    ),
+    "gzip": (
+        _ok(
+            "Content-Type: application/json; charset=utf-8\r\nContent-Encoding: gzip\r\n"
+            f"Content-Length: {len(gzip.compress(ANSWER))}\r\n",
+            gzip.compress(ANSWER),
+        ),
+        False,
+    ),
+    # HTTP/1.0 style: the body ends where the connection does.
+    "until-close": (_ok("Content-Type: application/json\r\n", ANSWER), True),
+    "early-hints": (
+        b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+        + _ok(f"Content-Type: application/json\r\nContent-Length: {len(ANSWER)}\r\n", ANSWER),
+        False,
+    ),
+    # Keep-alive by its headers, yet it hangs up after every answer.
+    "close-after": (
+        _ok(f"Content-Type: application/json\r\nContent-Length: {len(ANSWER)}\r\n", ANSWER),
+        True,
+    ),
+    "stream": (
+        _ok(
+            "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n",
+            _chunked(STREAM, 300),
+        ),
+        False,
+    ),
+    "not-http": (b"HELLO THERE\r\n\r\n", True),
+    "no-answer": (b"", True),
+    "truncated": (
+        _ok("Content-Type: application/json\r\nContent-Length: 100000\r\n", ANSWER[:100]),
+        True,
+    ),
+    "bad-chunk": (
+        _ok("Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n", b"zz\r\n"),
+        True,
+    ),
+}
+
+
+@dataclass
+class Received:
+    head: bytes
+    body: bytes
+    connection: int
+
+
+@dataclass
+class WireUpstream:
+    """A bare TCP server speaking just enough HTTP/1.1: it records every request's head and
+    body, and which connection it came on, and answers from ``ANSWERS``."""
+
+    port: int
+    received: list[Received] = field(default_factory=list)
+    connections: int = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        connection = self.connections
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return  # the proxy closed the connection
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = await reader.readexactly(length)
+                self.received.append(Received(head, body, connection))
+                scenario = head.split(b" ")[1].split(b"/")[1].decode()
+                answer, close = ANSWERS[scenario]
+                writer.write(answer)
+                await writer.drain()
+                if close:
+                    return
+        finally:
+            writer.close()
+
+    def url(self, scenario: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{scenario}/v1"
+
+
+@pytest.fixture
+def wire(servers: Servers) -> Iterator[WireUpstream]:
+    upstream = WireUpstream(free_port())
+    server = servers.loop.call(
+        lambda: asyncio.start_server(upstream.serve, "127.0.0.1", upstream.port)
+    )
+    yield upstream
+    servers.loop.call(lambda: _stop(server))
+
+
+async def _stop(server: asyncio.Server) -> None:
+    server.close()
+    await server.wait_closed()
+
+
+def proxy_for(servers: Servers, wire: WireUpstream, *scenarios: str, **provider: Any) -> str:
+    providers = {
+        name: {"base_url": wire.url(name), "api_key": UPSTREAM_SECRET, **provider}
+        for name in scenarios
+    }
+    models = {name: {"provider": name, "model": f"up-{name}"} for name in scenarios}
+    url, _ = servers.start_proxy(models, providers=providers)
+    return url
+
+
+async def post(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/chat/completions", json=body, headers=AUTH) as response,
+    ):
+        return response.status, await response.read()
+
+
+def headers_of(head: bytes) -> dict[str, str]:
+    fields = (line.partition(":") for line in head.decode().split("\r\n")[1:] if line)
+    return {name.lower(): value.strip() for name, _, value in fields}
+
+
+async def test_the_request_on_the_wire(servers: Servers, wire: WireUpstream) -> None:
+    """Request line, Host, the provider's headers and query, the length and body, and what
+    ClientSession sent by default (the codings it can undo, its User-Agent)."""
+    providers = {
+        "length": {
+            "base_url": wire.url("length"),
+            "api_key": UPSTREAM_SECRET,
+            "headers": {"X-Team-Tag": "blue"},
+            "query": {"api-version": "2024-10-21"},
+        }
+    }
+    url, _ = servers.start_proxy({"m": {"provider": "length", "model": "up"}}, providers=providers)
+    client = openai.AsyncOpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0)
+    async with client:
+        answer = await client.chat.completions.create(model="m", messages=CHAT)  # type: ignore[arg-type]
+        assert answer.choices[0].message.content
+        stream = await client.chat.completions.create(model="m", messages=CHAT, stream=True)  # type: ignore[arg-type]
+        # "length" answers with JSON even so: the proxy makes that a stream for the client.
+        chunks = [chunk async for chunk in stream]
+        assert chunks
+    whole, streamed = wire.received
+    assert (
+        whole.head.split(b"\r\n")[0]
+        == b"POST /length/v1/chat/completions?api-version=2024-10-21 HTTP/1.1"
+    )
+    headers = headers_of(whole.head)
+    assert headers["host"] == f"127.0.0.1:{wire.port}"
+    assert headers["authorization"] == f"Bearer {UPSTREAM_SECRET}"
+    assert headers["content-type"] == "application/json"
+    assert headers["x-team-tag"] == "blue"
+    assert headers["accept"] == "*/*"
+    assert "gzip" in headers["accept-encoding"].split(", ")
+    assert headers["user-agent"].startswith("Python/")
+    assert int(headers["content-length"]) == len(whole.body)
+    assert orjson.loads(whole.body) == {"model": "up", "messages": CHAT}
+    assert headers_of(streamed.head)["accept"] == "text/event-stream"
+    assert orjson.loads(streamed.body)["stream"] is True
+    # Every header once: a configured header and a default must not both go out.
+    names = [line.partition(b":")[0].lower() for line in whole.head.split(b"\r\n")[1:] if line]
+    assert len(names) == len(set(names))
+
+
+async def test_a_header_given_in_the_configuration_replaces_the_default(
+    servers: Servers, wire: WireUpstream
+) -> None:
+    url = proxy_for(
+        servers, wire, "length", headers={"User-Agent": "acme-gateway", "Host": "api.example"}
+    )
+    status, raw = await post(url, {"model": "length", "messages": CHAT})
+    assert status == 200, raw
+    headers = headers_of(wire.received[0].head)
+    assert headers["user-agent"] == "acme-gateway"
+    assert headers["host"] == "api.example"
+
+
+@pytest.mark.parametrize("scenario", ["length", "chunked", "gzip", "until-close", "early-hints"])
+async def test_every_framing_of_an_answer_is_read_whole(
+    servers: Servers, wire: WireUpstream, scenario: str
+) -> None:
+    url = proxy_for(servers, wire, scenario)
+    client = openai.AsyncOpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0)
+    async with client:
+        answer = await client.chat.completions.create(model=scenario, messages=CHAT)  # type: ignore[arg-type]
+    expected = orjson.loads(ANSWER)
+    assert answer.choices[0].message.content == expected["choices"][0]["message"]["content"]
+    assert answer.usage is not None
+    assert answer.usage.total_tokens == expected["usage"]["total_tokens"]
+
+
+async def test_a_chunked_event_stream_is_relayed(servers: Servers, wire: WireUpstream) -> None:
+    url = proxy_for(servers, wire, "stream")
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "stream", "messages": CHAT, "stream": True}
+        async with session.post(url + "/chat/completions", json=body, headers=AUTH) as response:
+            assert response.status == 200
+            raw = await response.read()
+    frames = parse_frames(raw)
+    assert frames[-1] == "[DONE]"
+    chunks = frames[:-1]
+    for chunk in chunks:
+        validate(chunk, "CreateChatCompletionStreamResponse")
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text
+
+
+async def test_connections_are_kept_alive_and_reused(servers: Servers, wire: WireUpstream) -> None:
+    url = proxy_for(servers, wire, "length", "chunked")
+    for model in ("length", "chunked", "length", "chunked"):
+        status, raw = await post(url, {"model": model, "messages": CHAT})
+        assert status == 200, raw
+    by_scenario: dict[str, set[int]] = {}
+    for received in wire.received:
+        by_scenario.setdefault(received.head.split(b"/")[1].decode(), set()).add(
+            received.connection
+        )
+    # One provider, one connection, request after request (the two providers share a host and
+    # port, so they may share one too).
+    assert all(len(connections) == 1 for connections in by_scenario.values()), by_scenario
+
+
+async def test_a_connection_the_upstream_hung_up_is_not_reused(
+    servers: Servers, wire: WireUpstream
+) -> None:
+    url = proxy_for(servers, wire, "close-after", "until-close")
+    for model in ("close-after", "until-close", "close-after", "close-after"):
+        status, raw = await post(url, {"model": model, "messages": CHAT})
+        assert status == 200, raw
+        await asyncio.sleep(0.05)  # the hang-up reaches the proxy before the next request
+    assert len({received.connection for received in wire.received}) == 4
+
+
+@pytest.mark.parametrize(
+    ("scenario", "message"),
+    [
+        ("not-http", "invalid HTTP response"),
+        ("no-answer", "Could not reach the upstream"),
+        ("truncated", "connection broke"),
+        ("bad-chunk", "invalid HTTP response"),
+    ],
+)
+async def test_a_broken_answer_is_a_502(
+    servers: Servers, wire: WireUpstream, scenario: str, message: str
+) -> None:
+    url = proxy_for(servers, wire, scenario)
+    status, raw = await post(url, {"model": scenario, "messages": CHAT})
+    assert status == 502, raw
+    body = orjson.loads(raw)
+    validate(body, "ErrorResponse")
+    assert body["error"]["type"] == "upstream_error"
+    assert message in body["error"]["message"]
+    # And the proxy still serves: the broken connection went nowhere near the pool.
+    url = proxy_for(servers, wire, "length")
+    status, raw = await post(url, {"model": "length", "messages": CHAT})
+    assert status == 200, raw
