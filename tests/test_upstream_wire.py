@@ -219,6 +219,19 @@ async def test_the_request_on_the_wire(servers: Servers, wire: WireUpstream) -> 
     assert len(names) == len(set(names))
 
 
+async def test_a_large_body_goes_out_whole(servers: Servers, wire: WireUpstream) -> None:
+    """A body past the size that is written in one piece with the head (proxy.upstream)."""
+    url = proxy_for(servers, wire, "length")
+    messages = [{"role": "user", "content": "é" * 300_000}]  # 600 kB of UTF-8
+    client = openai.AsyncOpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0)
+    async with client:
+        answer = await client.chat.completions.create(model="length", messages=messages)  # type: ignore[arg-type]
+    assert answer.choices[0].message.content
+    (received,) = wire.received
+    assert int(headers_of(received.head)["content-length"]) == len(received.body)
+    assert orjson.loads(received.body) == {"model": "up-length", "messages": messages}
+
+
 async def test_a_header_given_in_the_configuration_replaces_the_default(
     servers: Servers, wire: WireUpstream
 ) -> None:
