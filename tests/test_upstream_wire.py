@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,10 @@ import aiohttp
 import openai
 import orjson
 import pytest
+from multidict import CIMultiDict
+from yarl import URL
 
+from proxy.upstream import request_head
 from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers, free_port
 from tests.replay import parse_frames
 from tests.schema import validate
@@ -29,8 +32,6 @@ ANSWER = (FIXTURES / "openai.chat.json").read_bytes()
 STREAM = (FIXTURES / "openai.chat.stream.sse").read_bytes()
 CHAT = [{"role": "user", "content": "Hello"}]
 AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
-
-Writer = Callable[[asyncio.StreamWriter], Awaitable[None]]
 
 
 def _ok(headers: str, body: bytes) -> bytes:
@@ -175,6 +176,61 @@ async def post(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
 def headers_of(head: bytes) -> dict[str, str]:
     fields = (line.partition(":") for line in head.decode().split("\r\n")[1:] if line)
     return {name.lower(): value.strip() for name, _, value in fields}
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "first_lines"),
+    [
+        # The default port is left out of Host, as aiohttp does; any other is kept.
+        (
+            "https://api.openai.com/v1/chat/completions",
+            {},
+            ["POST /v1/chat/completions HTTP/1.1", "Host: api.openai.com"],
+        ),
+        (
+            "http://10.0.0.7:80/v1/chat/completions",
+            {},
+            ["POST /v1/chat/completions HTTP/1.1", "Host: 10.0.0.7"],
+        ),
+        (
+            "http://127.0.0.1:8080/v1/completions",
+            {},
+            ["POST /v1/completions HTTP/1.1", "Host: 127.0.0.1:8080"],
+        ),
+        (
+            "http://[::1]:8080/v1/chat/completions",
+            {},
+            ["POST /v1/chat/completions HTTP/1.1", "Host: [::1]:8080"],
+        ),
+        # A name in Unicode goes out in its ASCII form; a path and query percent-encoded.
+        (
+            "https://bücher.example/v1/chat/completions",
+            {},
+            ["POST /v1/chat/completions HTTP/1.1", "Host: xn--bcher-kva.example"],
+        ),
+        (
+            "https://h/a b/chat/completions?api-version=2024 10",
+            {},
+            ["POST /a%20b/chat/completions?api-version=2024+10 HTTP/1.1", "Host: h"],
+        ),
+        # A configured Host replaces the URL's; configured headers come in their order.
+        (
+            "https://10.0.0.7/v1",
+            {"Host": "api.example", "X-A": "1"},
+            ["POST /v1 HTTP/1.1", "Host: api.example", "X-A: 1"],
+        ),
+    ],
+)
+def test_the_head_of_a_request(url: str, headers: dict[str, str], first_lines: list[str]) -> None:
+    head = request_head(URL(url), CIMultiDict(headers))
+    assert head.endswith(b"\r\n") and not head.endswith(b"\r\n\r\n")  # Content-Length follows
+    lines = head.decode().split("\r\n")[:-1]
+    assert lines[: len(first_lines)] == first_lines
+    assert [line.partition(":")[0] for line in lines[len(first_lines) :]] == [
+        "Accept",
+        "Accept-Encoding",
+        "User-Agent",
+    ]
 
 
 async def test_the_request_on_the_wire(servers: Servers, wire: WireUpstream) -> None:
