@@ -115,6 +115,21 @@ async def _read_within_total(answer: Answer, exchange: Exchange, read: Awaitable
         answer.response.close()
 
 
+class _EventStream(web.StreamResponse):
+    """A stream's response whose headers go out with its first event, in one write.
+
+    aiohttp sends a StreamResponse's headers on ``prepare``, in a write of their own; ``Response``
+    holds them for its body instead, and this does the same for a stream. ``_Opening.open`` is
+    always followed at once by the first event's write (nothing is awaited in between but
+    ``prepare`` itself), so the client's first byte comes no later. Should aiohttp rename the flag,
+    the headers go out alone again, as they did before (tests/test_event_stream.py fails then).
+    Measured with bench/ab.py, 5 rounds: stream-16 1.029x; slow-1000's TTFT p99 198 → 174 ms
+    (noisy: 4 rounds of 5 lower).
+    """
+
+    _send_headers_immediately = False
+
+
 @dataclass(frozen=True, slots=True)
 class _Opening:
     """What starting a stream's response takes: once the first frame is ready, never before."""
@@ -125,7 +140,7 @@ class _Opening:
     observers: Sequence[Observer]
 
     def response(self) -> web.StreamResponse:
-        return web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **self.headers})
+        return _EventStream(status=200, headers={**_STREAM_HEADERS, **self.headers})
 
     async def open(self, response: web.StreamResponse) -> None:
         """Send the stream's headers; from now on the request is a stream in flight."""
