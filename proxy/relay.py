@@ -238,12 +238,18 @@ async def _pump(
                 _failed_after_first_byte(exchange, normalizer.error)
             timer.move(loop.time() + timeouts.idle)
             waiting = "client"
-            await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
+            body = b"".join(frames) if len(frames) > 1 else frames[0]
+            if normalizer.ended:
+                # The last frames and the end of the body in one write (with the headers too,
+                # when the whole stream came in one read).
+                await response.write_eof(body)
+            else:
+                await response.write(body)
             exchange.client_wait += perf_counter() - now
-        timer.move(loop.time() + timeouts.idle)
-        waiting = "client"
-        assert response is not None  # the loop ends once the normalizer has said its last
-        await response.write_eof()
+        # The loop ends once the normalizer has said its last, and every way of ending says
+        # something (a finish, usage and [DONE], or an error event): the body's end went out
+        # with it, above.
+        assert response is not None
         if not data:
             pass  # the upstream's body ended: its connection is back in the pool already
         elif normalizer.error is None:
