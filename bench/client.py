@@ -27,20 +27,13 @@ from procs import Service, free_port, wait_http
 
 from proxy.config import Provider
 from proxy.server import run
-from proxy.upstream import Target, UpstreamClient, read_whole, target_for
+from proxy.upstream import Target, UpstreamClient, connection_pool, read_whole, target_for
 
 BODY = (
     b'{"model":"bench","messages":[{"role":"user",'
     b'"content":"Invent a holiday and describe its traditions."}]}'
 )
 LIMIT = 1 << 26
-
-
-def connector() -> aiohttp.TCPConnector:
-    # As proxy.app.Gateway makes it.
-    return aiohttp.TCPConnector(
-        limit=1024, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
-    )
 
 
 async def per_request(one: Callable[[], Awaitable[None]], requests: int) -> float:
@@ -56,7 +49,7 @@ async def with_session(target: Target, requests: int) -> float:
     headers = CIMultiDict({"Content-Type": "application/json", "Authorization": "Bearer sk-up"})
     url = target.destinations["chat"].url
     async with aiohttp.ClientSession(
-        connector=connector(),
+        connector=connection_pool(),
         auto_decompress=True,
         trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),
@@ -80,7 +73,7 @@ async def with_session(target: Target, requests: int) -> float:
 
 
 async def with_upstream_client(target: Target, requests: int) -> float:
-    pool = connector()
+    pool = connection_pool()
     client = UpstreamClient(pool)
     destination = target.destinations["chat"]
 

@@ -33,7 +33,7 @@ from proxy.errors import (
 )
 from proxy.exchange import Exchange
 from proxy.state import Observer, Runtime, State
-from proxy.upstream import UpstreamClient
+from proxy.upstream import UpstreamClient, connection_pool
 
 __all__ = ["Gateway", "Handler", "Observer", "Runtime", "State", "error_response"]
 
@@ -113,9 +113,7 @@ class Gateway:
         # No cookie jar either (proxy.upstream sends requests without ClientSession): a cookie
         # one upstream sets while answering one team must never ride along on another team's
         # request.
-        self._connector = aiohttp.TCPConnector(
-            limit=1024, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True
-        )
+        self._connector = connection_pool()
         self.state.client = UpstreamClient(self._connector)
         self.state.ready = True
 
