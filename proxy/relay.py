@@ -350,8 +350,8 @@ async def _whole_as_stream(
     response = opening.response()
     try:
         await opening.open(response)
-        await response.write(b"".join(frames_from_response(whole.body, answer.ctx)))
-        await response.write_eof()
+        # Headers, every frame and the body's end: one write.
+        await response.write_eof(b"".join(frames_from_response(whole.body, answer.ctx)))
     except ConnectionResetError:
         exchange.client_disconnected = True
     return response
