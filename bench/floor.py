@@ -1,7 +1,7 @@
 """The framework's floor for bench/run.py: the cheapest pass-through aiohttp allows (not a gateway).
 
     python bench/floor.py --upstream http://127.0.0.1:PORT [--host 127.0.0.1] [--port 8080]
-                          [--workers 2]
+                          [--workers 2] [--lean]
 
 Our proxy is an aiohttp server that calls its providers with an aiohttp client, on uvloop, in N
 worker processes sharing one port. This script is the same stack with nothing of ours in it, so
@@ -12,6 +12,13 @@ an event stream is passed on chunk by chunk as it arrives. No auth, no parsing, 
 model, no normalization, no metrics, no access log, no timeouts, no error handling beyond
 aiohttp's own (a client that leaves mid-stream ends its stream quietly). ``GET /healthz``
 answers 200 once every worker listens.
+
+By default it uses aiohttp the usual way: ``web.Application`` and ``ClientSession``. ``--lean``
+uses it the way the proxy does: aiohttp's low-level ``web.Server`` calling one handler, and
+requests written on a connection of aiohttp's connector and read back with its response
+protocol, without ``ClientSession`` (proxy/upstream.py, written again here in a few lines so that
+this script stays independent of the package). With it, the floor is the cheapest pass-through
+this stack allows.
 
 Imports nothing from the ``proxy`` package. Each worker is a daemonic child that also gets
 SIGTERM when its parent dies (Linux), so stopping or killing the parent leaves none behind;
@@ -34,6 +41,7 @@ from typing import Any
 import aiohttp
 import uvloop
 from aiohttp import web
+from yarl import URL
 
 KINDS = ("plain", "stream", "slow")
 SESSION = web.AppKey("session", aiohttp.ClientSession)
@@ -65,11 +73,90 @@ async def relay(request: web.Request) -> web.StreamResponse:
         return response
 
 
+class LeanUpstream:
+    """POSTs to nginx on aiohttp's connector without ClientSession (--lean)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0)
+        self.timeout = aiohttp.ClientTimeout(total=None)
+        loop = asyncio.get_running_loop()
+        self.keys: dict[str, aiohttp.ClientRequest] = {}
+        self.heads: dict[str, bytes] = {}
+        for kind in KINDS:
+            url = URL(f"{upstream}/{kind}/v1/chat/completions")
+            self.keys[kind] = aiohttp.ClientRequest("POST", url, loop=loop)
+            self.heads[kind] = (
+                f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {url.host_port_subcomponent}\r\n"
+                "Content-Type: application/json\r\n"
+            ).encode()
+
+    async def post(self, kind: str, body: bytes) -> tuple[Any, aiohttp.StreamReader, Any]:
+        connection = await self.connector.connect(self.keys[kind], [], self.timeout)
+        try:
+            protocol = connection.protocol
+            assert protocol is not None and connection.transport is not None
+            protocol.set_response_params(read_until_eof=True)
+            connection.transport.write(
+                self.heads[kind] + b"Content-Length: %d\r\n\r\n" % len(body) + body
+            )
+            message, content = await protocol.read()
+        except BaseException:
+            connection.close()
+            raise
+        content.on_eof(connection.release)
+        return message, content, connection
+
+
+async def serve_lean(args: argparse.Namespace, listening: Any, stop: asyncio.Event) -> None:
+    upstream = LeanUpstream(args.upstream.rstrip("/"))
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        if request.path == "/healthz":
+            ready = listening.value >= args.workers
+            return web.Response(status=200 if ready else 503, text="ok\n" if ready else "-\n")
+        kind = request.path.split("/", 2)[1]
+        body = await request.read()
+        message, content, connection = await upstream.post(kind, body)
+        try:
+            if message.headers.get("Content-Type") != "text/event-stream":
+                return web.Response(
+                    body=await content.read(), status=message.code, content_type="application/json"
+                )
+            response = web.StreamResponse(
+                status=message.code, headers={"Content-Type": "text/event-stream"}
+            )
+            try:
+                await response.prepare(request)
+                async for chunk in content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionResetError:
+                pass  # the client went away mid-stream (wrk does at its end)
+            return response
+        finally:
+            connection.close()  # after the body's end it was released already: a no-op
+
+    server = web.Server(handle, handler_cancellation=True, access_log=None)
+    runner = web.ServerRunner(server, shutdown_timeout=5)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, args.host, args.port, reuse_port=True, backlog=2048).start()
+        with listening.get_lock():
+            listening.value += 1
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await upstream.connector.close()
+
+
 async def serve(args: argparse.Namespace, listening: Any) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if args.lean:
+        await serve_lean(args, listening, stop)
+        return
 
     async def healthz(request: web.Request) -> web.Response:
         ready = listening.value >= args.workers
@@ -115,6 +202,9 @@ def main() -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--lean", action="store_true", help="aiohttp's low-level server, no ClientSession"
+    )
     args = parser.parse_args()
     args.workers = max(1, args.workers)
 

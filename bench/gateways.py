@@ -113,9 +113,10 @@ def start_ours(
     )
 
 
-def start_floor(nginx_port: int, workers: int, out: Path) -> Gateway:
+def start_floor(nginx_port: int, workers: int, out: Path, *, lean: bool = False) -> Gateway:
     """bench/floor.py: aiohttp server and client on uvloop passing requests through, nothing
-    else; what our proxy would cost if it did nothing."""
+    else; what our proxy would cost if it did nothing. ``lean``: aiohttp used as the proxy uses
+    it (the low-level server, no ClientSession) instead of the usual way."""
     port = free_port()
     service = Service(
         "floor",
@@ -130,11 +131,17 @@ def start_floor(nginx_port: int, workers: int, out: Path) -> Gateway:
             str(port),
             "--workers",
             str(workers),
+            *(["--lean"] if lean else []),
         ],
         out / "floor.log",
     )
     wait_http(f"http://127.0.0.1:{port}/healthz", service)
     versions = ", ".join(f"{name} {_version(name)}" for name in ("aiohttp", "uvloop"))
+    how = (
+        "low-level server + connector without ClientSession (--lean)"
+        if lean
+        else "aiohttp server + aiohttp client"
+    )
     return Gateway(
         "floor",
         service,
@@ -142,8 +149,8 @@ def start_floor(nginx_port: int, workers: int, out: Path) -> Gateway:
         dict.fromkeys(KINDS, "bench"),
         "",
         service.pid,
-        f"bench/floor.py: aiohttp server + aiohttp client on uvloop ({versions}), {workers}"
-        " workers, no logic: the framework's floor",
+        f"bench/floor.py: {how} on uvloop ({versions}), {workers} workers, no logic: the"
+        " framework's floor",
     )
 
 

@@ -1,18 +1,19 @@
 """The gateway benchmark suite (issue 6; not a test, never part of CI's verdict).
 
     python bench/run.py [--peers] [--duration 10] [--profiles plain-1,plain-64,...] [--workers 2]
-                        [--no-floor] [--profile-py-spy] [--peer-venv PATH]
+                        [--no-floor | --lean-floor] [--profile-py-spy] [--peer-venv PATH]
 
 Starts nginx as a canned upstream (bench/canned.py), then, one after the other: measures each
 profile straight against nginx ("direct"), against our proxy (``llm-proxy serve``, N workers,
 metrics and access log on), against the framework's floor ("floor", bench/floor.py: aiohttp
 server and client on uvloop, N workers, passing requests through and nothing else; not with
---no-floor) and, with --peers, against LiteLLM's proxy and TensorZero's gateway installed in a
-separate virtualenv by bench/setup.sh. Load comes from wrk (bench/post.lua) and, for the
-concurrent slow streams, from bench/streams.py in its own process. Memory is read from /proc
-while each profile runs. Prints one table per profile, ours/floor and ours/peer ratios and each
-target of the issue as PASS or MISS (with, for information, what the floor achieves against it);
-writes the report to bench/out/latest.txt and latest.json.
+--no-floor; with --lean-floor, aiohttp used as the proxy uses it) and, with --peers, against
+LiteLLM's proxy and TensorZero's gateway installed in a separate virtualenv by bench/setup.sh.
+Load comes from wrk (bench/post.lua) and, for the concurrent slow streams, from
+bench/streams.py in its own process. Memory is read from /proc while each profile runs. Prints
+one table per profile, ours/floor and ours/peer ratios and each target of the issue as PASS or
+MISS (with, for information, what the floor achieves against it); writes the report to
+bench/out/latest.txt and latest.json.
 
 Everything listens on 127.0.0.1 on free ports; every process started is stopped at the end,
 also on Ctrl-C; every load is bounded in time.
@@ -69,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
         "--no-floor",
         action="store_true",
         help="do not measure the framework's floor (bench/floor.py, a bare aiohttp pass-through)",
+    )
+    parser.add_argument(
+        "--lean-floor",
+        action="store_true",
+        help="the floor as the proxy uses aiohttp (low-level server, no ClientSession)",
     )
     parser.add_argument("--peer-venv", type=Path, default=DEFAULT_PEER_VENV)
     parser.add_argument(
@@ -336,7 +342,9 @@ class Run:
         if name == "ours":
             gateway = gateways.start_ours(nginx_port, self.args.workers, self.tmp)
         elif name == "floor":
-            gateway = gateways.start_floor(nginx_port, self.args.workers, self.tmp)
+            gateway = gateways.start_floor(
+                nginx_port, self.args.workers, self.tmp, lean=self.args.lean_floor
+            )
         elif name == "litellm":
             gateway = gateways.start_litellm(
                 nginx_port, self.args.workers, self.tmp, self.args.peer_venv
