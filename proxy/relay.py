@@ -33,6 +33,7 @@ from proxy.upstream import (
     TRANSPORT_ERRORS,
     UpstreamResponse,
     mapped_errors,
+    read_arrived,
     read_whole,
     upstream_error_for,
 )
@@ -70,7 +71,14 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
     """A non-streamed answer: read it whole (bounded), normalize it, send it."""
     if answer.is_event_stream:
         return await _stream_as_whole(answer, exchange)
-    raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
+    raw = read_arrived(answer.response, RESPONSE_LIMIT)
+    if raw is None:
+        raw = await _read_within_total(
+            answer, exchange, read_whole(answer.response, RESPONSE_LIMIT)
+        )
+    else:
+        # Nothing to wait for or to bound; the connection went back to the pool at the body's end.
+        answer.response.close()
     normalized = answer.family.response(raw, answer.ctx)
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes

@@ -285,13 +285,17 @@ class UpstreamClient:
         ``UpstreamStatusError`` with the upstream's message.
         """
         head = destination.stream_head if stream else destination.head
-        with mapped_errors("connect"):
+        # mapped_errors("connect"), spelled out: this is every request's path, and a generator
+        # context manager costs a few microseconds per use.
+        try:
             connection = await self.connector.connect(destination.key(), [], target.timeout)
             try:
                 response = await _exchange(connection, head, body)
             except BaseException:
                 connection.close()  # cancelled or failed half way: nothing else may use it
                 raise
+        except TRANSPORT_ERRORS as exc:
+            raise upstream_error_for(exc, "connect") from exc
         if response.status != 200:
             try:
                 with mapped_errors("error body"):
@@ -329,6 +333,18 @@ async def _exchange(
         # Informational answers (100 Continue, 103 Early Hints) come before the real one.
         if not 100 <= message.code < 200 or message.code == 101:
             return UpstreamResponse(connection, message, content)
+
+
+def read_arrived(response: UpstreamResponse, limit: int) -> bytes | None:
+    """The whole body if it has all arrived already (the usual case for a small answer, which
+    comes with its headers), refusing more than ``limit`` bytes; else None (``read_whole``)."""
+    content = response.content
+    if not content.is_eof():
+        return None
+    # aiohttp stops reading a body nobody reads long before this; the bound must not rest on it.
+    if content.total_bytes > limit:
+        raise UpstreamProtocolError(f"The upstream's response is larger than {limit} bytes")
+    return content.read_nowait()
 
 
 async def read_whole(response: UpstreamResponse, limit: int) -> bytes:

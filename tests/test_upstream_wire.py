@@ -95,6 +95,26 @@ ANSWERS: dict[str, tuple[bytes, bool]] = {
 }
 
 
+# More than the proxy takes for a whole answer (proxy.relay.RESPONSE_LIMIT, 64 MiB).
+HUGE_MIB = 65
+
+
+async def _huge(writer: asyncio.StreamWriter) -> None:
+    """A JSON answer of HUGE_MIB MiB, chunked, one MiB at a time, while the proxy reads."""
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    piece = b" " * (1 << 20)
+    try:
+        for _ in range(HUGE_MIB):
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    except ConnectionError:
+        pass  # the proxy hung up once it had read its limit
+
+
 @dataclass
 class Received:
     head: bytes
@@ -128,6 +148,9 @@ class WireUpstream:
                 body = await reader.readexactly(length)
                 self.received.append(Received(head, body, connection))
                 scenario = head.split(b" ")[1].split(b"/")[1].decode()
+                if scenario == "huge":
+                    await _huge(writer)
+                    return
                 answer, close = ANSWERS[scenario]
                 writer.write(answer)
                 await writer.drain()
@@ -380,3 +403,12 @@ async def test_a_broken_answer_is_a_502(
     url = proxy_for(servers, wire, "length")
     status, raw = await post(url, {"model": "length", "messages": CHAT})
     assert status == 200, raw
+
+
+async def test_an_answer_over_the_size_limit_is_a_502(servers: Servers, wire: WireUpstream) -> None:
+    url = proxy_for(servers, wire, "huge")
+    status, raw = await post(url, {"model": "huge", "messages": CHAT})
+    assert status == 502, raw[:200]
+    body = orjson.loads(raw)
+    validate(body, "ErrorResponse")
+    assert "larger than 67108864 bytes" in body["error"]["message"]
