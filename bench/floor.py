@@ -56,21 +56,28 @@ async def relay(request: web.Request) -> web.StreamResponse:
     async with session.post(
         url, data=body, headers={"Content-Type": "application/json"}
     ) as upstream:
-        if upstream.content_type != "text/event-stream":
-            return web.Response(
-                body=await upstream.read(), status=upstream.status, content_type="application/json"
-            )
-        response = web.StreamResponse(
-            status=upstream.status, headers={"Content-Type": "text/event-stream"}
+        stream = upstream.content_type == "text/event-stream"
+        return await answer(request, upstream.status, stream, upstream.content)
+
+
+async def answer(
+    request: web.BaseRequest, status: int, stream: bool, content: aiohttp.StreamReader
+) -> web.StreamResponse:
+    """The upstream's answer passed back: a JSON body read whole, an event stream chunk by chunk
+    as it arrives."""
+    if not stream:
+        return web.Response(
+            body=await content.read(), status=status, content_type="application/json"
         )
-        try:
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-        except ConnectionResetError:
-            pass  # the client went away mid-stream (wrk does at its end): not an error to log
-        return response
+    response = web.StreamResponse(status=status, headers={"Content-Type": "text/event-stream"})
+    try:
+        await response.prepare(request)
+        async for chunk in content.iter_any():
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client went away mid-stream (wrk does at its end): not an error to log
+    return response
 
 
 class LeanUpstream:
@@ -118,35 +125,31 @@ async def serve_lean(args: argparse.Namespace, listening: Any, stop: asyncio.Eve
         body = await request.read()
         message, content, connection = await upstream.post(kind, body)
         try:
-            if message.headers.get("Content-Type") != "text/event-stream":
-                return web.Response(
-                    body=await content.read(), status=message.code, content_type="application/json"
-                )
-            response = web.StreamResponse(
-                status=message.code, headers={"Content-Type": "text/event-stream"}
-            )
-            try:
-                await response.prepare(request)
-                async for chunk in content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-            except ConnectionResetError:
-                pass  # the client went away mid-stream (wrk does at its end)
-            return response
+            stream = message.headers.get("Content-Type") == "text/event-stream"
+            return await answer(request, message.code, stream, content)
         finally:
             connection.close()  # after the body's end it was released already: a no-op
 
     server = web.Server(handle, handler_cancellation=True, access_log=None)
-    runner = web.ServerRunner(server, shutdown_timeout=5)
+    try:
+        await until_stopped(web.ServerRunner(server, shutdown_timeout=5), args, listening, stop)
+    finally:
+        await upstream.connector.close()
+
+
+async def until_stopped(
+    runner: web.BaseRunner, args: argparse.Namespace, listening: Any, stop: asyncio.Event
+) -> None:
+    """Serve on the shared port until ``stop`` is set, then stop listening and drain."""
     await runner.setup()
     try:
+        # The backlog is our proxy's, for 1,000 streams.
         await web.TCPSite(runner, args.host, args.port, reuse_port=True, backlog=2048).start()
         with listening.get_lock():
             listening.value += 1
         await stop.wait()
     finally:
         await runner.cleanup()
-        await upstream.connector.close()
 
 
 async def serve(args: argparse.Namespace, listening: Any) -> None:
@@ -171,16 +174,11 @@ async def serve(args: argparse.Namespace, listening: Any) -> None:
     app[UPSTREAM] = args.upstream.rstrip("/")
     app.router.add_post("/{kind:" + "|".join(KINDS) + "}/v1/chat/completions", relay)
     app.router.add_get("/healthz", healthz)
-    # access_log=None: no access logger at all. The backlog is our proxy's, for 1,000 streams.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
-    await runner.setup()
     try:
-        await web.TCPSite(runner, args.host, args.port, reuse_port=True, backlog=2048).start()
-        with listening.get_lock():
-            listening.value += 1
-        await stop.wait()
+        # access_log=None: no access logger at all.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5)
+        await until_stopped(runner, args, listening, stop)
     finally:
-        await runner.cleanup()
         await session.close()
 
 
