@@ -125,7 +125,8 @@ class Received:
 @dataclass
 class WireUpstream:
     """A bare TCP server speaking just enough HTTP/1.1: it records every request's head and
-    body, and which connection it came on, and answers from ``ANSWERS``."""
+    body, and which connection it came on, and answers from ``ANSWERS`` (or, for "huge",
+    with ``_huge``)."""
 
     port: int
     received: list[Received] = field(default_factory=list)
