@@ -89,7 +89,8 @@ def backoff_delay(
     return delay if retry_after is None else max(delay, retry_after)
 
 
-@dataclass(frozen=True, slots=True)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Attempt:
     index: int  # the deployment's index in model.deployments
     deployment: Deployment

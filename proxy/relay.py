@@ -51,7 +51,8 @@ _STREAM_HEADERS: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Answer:
     """An upstream's 200 answer, and what relaying it needs."""
 
@@ -138,7 +139,8 @@ class _EventStream(web.StreamResponse):
     _send_headers_immediately = False
 
 
-@dataclass(frozen=True, slots=True)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class _Opening:
     """What starting a stream's response takes: once the first frame is ready, never before."""
 

@@ -16,7 +16,8 @@ from proxy.errors import InvalidRequest
 from proxy.normalize import Endpoint
 
 
-@dataclass(frozen=True, slots=True)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class ClientRequest:
     endpoint: Endpoint
     body: dict[str, Any]

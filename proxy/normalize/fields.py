@@ -26,9 +26,15 @@ Endpoint = Literal["chat", "completions"]
 _ALNUM = string.ascii_letters + string.digits
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestContext:
-    """What the normalizer needs to know of the request it answers."""
+    """What the normalizer needs to know of the request it answers.
+
+    Not frozen, like the other objects made for every request (``ClientRequest``, ``Attempt``,
+    ``Answer``, ``Normalized``): a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, and with nine fields that took 1.06 µs against 0.21 µs (timeit).
+    Nothing changes them once made.
+    """
 
     endpoint: Endpoint
     model: str  # the model name the client sent: every object carries it
@@ -40,7 +46,7 @@ class RequestContext:
     n: int = 1  # choices the client asked for; with 1, any upstream choice index means choice 0
     # The messages or prompt: measured (usage.prompt_chars) only for an estimate, when the
     # upstream counts nothing. Out of repr (a logged context must not carry the conversation)
-    # and of eq and hash (a list is unhashable, and the size is all that matters).
+    # and of eq (the size is all that matters, and comparing conversations would cost).
     prompt: object = field(default=None, compare=False, repr=False)
 
 

@@ -50,7 +50,8 @@ _ORDINARY_MESSAGE_KEYS = frozenset({"role", "content", "refusal", "annotations"}
 _NO_FIXES: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Normalized:
     body: bytes
     usage: Usage
