@@ -81,13 +81,14 @@ def metered_usage(exchange: Exchange, status: int) -> Usage | None:
     return usage
 
 
-def token_counts(usage: Usage) -> tuple[tuple[str, int], ...]:
-    """(type, count) for every token type; cached is part of prompt, reasoning of completion."""
+def token_amounts(usage: Usage) -> tuple[int, int, int, int]:
+    """The count of each of TOKEN_TYPES, in its order; cached is part of prompt, reasoning of
+    completion."""
     return (
-        ("prompt", usage.prompt_tokens),
-        ("completion", usage.completion_tokens),
-        ("cached", usage.cached_tokens),
-        ("reasoning", usage.reasoning_tokens),
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.cached_tokens,
+        usage.reasoning_tokens,
     )
 
 

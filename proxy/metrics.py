@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
 from aiohttp import web
@@ -30,6 +32,7 @@ from proxy.errors import AuthenticationFailed
 from proxy.exchange import Exchange
 from proxy.metering import (
     ENDPOINTS,
+    TOKEN_TYPES,
     UPSTREAM_ERROR_KINDS,
     counted_fixes,
     endpoint_label,
@@ -38,7 +41,7 @@ from proxy.metering import (
     status_of,
     stream_label,
     time_to_first_token,
-    token_counts,
+    token_amounts,
     upstream_error_kind,
 )
 from proxy.normalize.tables import FIXES
@@ -64,6 +67,16 @@ OVERHEAD_BUCKETS: Final = (
     0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 )  # fmt: skip
 
+
+def _upper_bounds(buckets: tuple[float, ...]) -> tuple[float, ...]:
+    # How prometheus_client completes a histogram's buckets.
+    return (*buckets, math.inf)
+
+
+_DURATION_BOUNDS: Final = _upper_bounds(DURATION_BUCKETS)
+_TTFT_BOUNDS: Final = _upper_bounds(TTFT_BUCKETS)
+_OVERHEAD_BOUNDS: Final = _upper_bounds(OVERHEAD_BUCKETS)
+
 _CIRCUIT_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
 M = TypeVar("M", Counter, Gauge, Histogram)
@@ -86,15 +99,47 @@ class _Children(Generic[M]):
         return child
 
 
-@dataclass(frozen=True, slots=True)
+class _Tally:
+    """Observations of one histogram child, held until the next flush: their sum and how many
+    fell in each bucket.
+
+    prometheus_client keeps a child's sum and its (non-cumulative) bucket counts as values
+    written one at a time, and ``observe`` writes two of them per call; with several workers each
+    write is a locked store into a memory-mapped file after a ``getpid()`` system call. Written
+    from a tally, the values are the same (tests/test_metrics.py compares both ways) for one write
+    per bucket that was hit, whatever the number of requests.
+    """
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds  # the upper bounds, +Inf last, as the child has them
+        self.counts = [0] * len(bounds)
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        # The first bucket whose bound is at least the value, as Histogram.observe chooses it.
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def write(self, child: Histogram) -> None:
+        child._sum.inc(self.total)
+        for value, count in zip(child._buckets, self.counts, strict=True):
+            if count:
+                value.inc(count)
+
+
+@dataclass(slots=True)
 class _Route:
-    """The children every request of one (team, model, provider, endpoint, stream, status
-    class) updates: found with one lookup per request instead of one per metric."""
+    """What every request of one (team, model, provider, endpoint, stream, status class)
+    updates: found with one lookup per request instead of one per metric."""
 
     requests: Counter
     duration: Histogram
     overhead: Histogram
     in_flight: Gauge
+    # The token counters by source, each (prompt, completion, cached, reasoning); made on first use.
+    tokens: dict[str, tuple[Counter, Counter, Counter, Counter]] = field(default_factory=dict)
 
 
 class ProxyMetrics(Observer):
@@ -228,12 +273,13 @@ class ProxyMetrics(Observer):
         # The gauge child of each stream in flight, by id() of its exchange (which is alive, and
         # so keeps its id, until finished() has run).
         self._streaming: dict[int, Gauge] = {}
-        # Counter increments and gauge moves, by child, held for REPORT_DELAY and written
-        # together: with several workers each write goes to a memory-mapped file under a lock,
+        # Counter increments, histogram observations and gauge moves, by child, held for
+        # REPORT_DELAY and written together: with several workers each write goes to a memory-mapped file under a lock,
         # which made metrics about half the cost of a request's observers (bench/metering.py).
         # A request that starts and ends within the delay moves no gauge at all.
         self._counts: dict[Counter, float] = {}
         self._moves: dict[Gauge, float] = {}
+        self._tallies: dict[Histogram, _Tally] = {}
         self._batch = Batch(self.flush, REPORT_DELAY)
         self._routes: dict[tuple[str, str, str, str, str, str], _Route] = {}
         for endpoint in ENDPOINTS:
@@ -267,44 +313,52 @@ class ProxyMetrics(Observer):
         route = self._routes.get(key)
         if route is None:
             route = self._routes[key] = self._route(*key)
-        self._move(route.in_flight, -1)
+        moves = self._moves
+        moves[route.in_flight] = moves.get(route.in_flight, 0) - 1
         streaming = self._streaming.pop(id(exchange), None)
         if streaming is not None:
-            self._move(streaming, -1)
-        count = self._count
-        count(route.requests, 1)
+            moves[streaming] = moves.get(streaming, 0) - 1
+        counts = self._counts
+        counts[route.requests] = counts.get(route.requests, 0) + 1
         usage = metered_usage(exchange, status)
         if usage is not None:
-            for token_type, tokens in token_counts(usage):
-                if tokens:
-                    count(self.tokens(team, model, provider, token_type, usage.source), tokens)
-        # Observations are not summed: each lands in its own bucket.
-        route.duration.observe(exchange.duration)
-        route.overhead.observe(exchange.overhead)
+            source = usage.source
+            tokens = route.tokens.get(source)
+            if tokens is None:
+                tokens = route.tokens[source] = self._token_counters(team, model, provider, source)
+            for counter, amount in zip(tokens, token_amounts(usage), strict=True):
+                if amount:
+                    counts[counter] = counts.get(counter, 0) + amount
+        self._observe(route.duration, _DURATION_BOUNDS, exchange.duration)
+        self._observe(route.overhead, _OVERHEAD_BOUNDS, exchange.overhead)
         ttft = time_to_first_token(exchange)
         if ttft is not None:
-            self.time_to_first_token(model, provider).observe(ttft)
+            self._observe(self.time_to_first_token(model, provider), _TTFT_BOUNDS, ttft)
         kind = upstream_error_kind(exchange)
         if kind is not None:
-            count(self.upstream_errors(provider, kind), 1)
+            self._count(self.upstream_errors(provider, kind), 1)
         for failed_provider, failed_kind in exchange.retried:
-            count(self.upstream_errors(failed_provider, failed_kind), 1)
-            count(self.upstream_retries(model, failed_provider), 1)
+            self._count(self.upstream_errors(failed_provider, failed_kind), 1)
+            self._count(self.upstream_retries(model, failed_provider), 1)
         if exchange.client_disconnected:
-            count(self.client_disconnects(team, model, provider), 1)
+            self._count(self.client_disconnects(team, model, provider), 1)
         for fix in counted_fixes(exchange):
-            count(self.normalization_fixes(provider, fix), 1)
+            self._count(self.normalization_fixes(provider, fix), 1)
+        self._batch.touch()
 
     def close(self) -> None:
         self._batch.flush_now()
 
     def flush(self) -> None:
-        """Write the increments held: counters first, in-flight gauges last, so that a reader
-        who sees a request no longer in flight also sees it counted."""
+        """Write what is held: counters and histograms first, in-flight gauges last, so that a
+        reader who sees a request no longer in flight also sees it counted."""
         counts, self._counts = self._counts, {}
+        tallies, self._tallies = self._tallies, {}
         moves, self._moves = self._moves, {}
         for counter, amount in counts.items():
             counter.inc(amount)
+        for histogram, tally in tallies.items():
+            tally.write(histogram)
         for gauge, amount in moves.items():
             if amount:  # a request that started and ended within the delay moves nothing
                 gauge.inc(amount)
@@ -318,6 +372,20 @@ class ProxyMetrics(Observer):
         moves = self._moves
         moves[gauge] = moves.get(gauge, 0) + amount
         self._batch.touch()
+
+    def _observe(self, histogram: Histogram, bounds: tuple[float, ...], value: float) -> None:
+        tally = self._tallies.get(histogram)
+        if tally is None:
+            tally = self._tallies[histogram] = _Tally(bounds)
+        tally.add(value)
+
+    def _token_counters(
+        self, team: str, model: str, provider: str, source: str
+    ) -> tuple[Counter, Counter, Counter, Counter]:
+        prompt, completion, cached, reasoning = (
+            self.tokens(team, model, provider, token_type, source) for token_type in TOKEN_TYPES
+        )
+        return prompt, completion, cached, reasoning
 
     def circuit_changed(self, model: str, deployment: Deployment, state: str) -> None:
         labels = (model, deployment.provider, deployment.model)

@@ -7,6 +7,7 @@ import pytest
 from proxy.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
 from proxy.metering import (
     FIX_NAMES,
+    TOKEN_TYPES,
     counted_fixes,
     endpoint_label,
     metered_usage,
@@ -14,7 +15,7 @@ from proxy.metering import (
     status_of,
     stream_label,
     time_to_first_token,
-    token_counts,
+    token_amounts,
     upstream_error_kind,
 )
 from proxy.normalize.tables import FIXES
@@ -114,13 +115,13 @@ def test_metered_usage(usage: Usage | None, status: int, metered: Usage | None) 
     assert metered_usage(exchange(usage=usage), status) == metered
 
 
-def test_token_counts_name_every_type() -> None:
-    assert token_counts(UPSTREAM) == (
-        ("prompt", 8),
-        ("completion", 4),
-        ("cached", 2),
-        ("reasoning", 1),
-    )
+def test_token_amounts_follow_the_token_types() -> None:
+    assert dict(zip(TOKEN_TYPES, token_amounts(UPSTREAM), strict=True)) == {
+        "prompt": 8,
+        "completion": 4,
+        "cached": 2,
+        "reasoning": 1,
+    }
 
 
 @pytest.mark.parametrize(("first", "expected"), [(None, None), (100.25, 0.25), (99.0, 0.0)])

@@ -15,8 +15,11 @@ import aiohttp
 import openai
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.samples import Sample
 
-from proxy.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM
+from proxy.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
+from proxy.metrics import DURATION_BUCKETS, OVERHEAD_BUCKETS, TTFT_BUCKETS, ProxyMetrics
 from proxy.normalize.tables import FIXES
 from proxy.usage import estimated_usage
 from tests.metrics_support import (
@@ -459,3 +462,54 @@ async def test_promtool_accepts_the_exposition(proxy: Metered) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert not result.stdout.strip() and not result.stderr.strip(), result.stdout + result.stderr
+
+
+# Durations that land on bucket bounds, between them, below the first and above the last.
+OBSERVED = (0.0, 0.005, 0.0051, 0.25, 0.2500001, 1.0, 899.0, 900.0, 900.5, 1e9, 0.003, 0.25)
+
+
+def test_histograms_held_between_flushes_match_observing_each_value() -> None:
+    """ProxyMetrics tallies observations and writes each histogram's sum and buckets once per
+    flush, through prometheus_client's own values: the exposition is what one observe() per
+    value gives, bucket for bucket (this fails if prometheus_client changes how it keeps them)."""
+    tallied = CollectorRegistry()
+    metrics = ProxyMetrics(tallied, ["emu"])
+    observed = CollectorRegistry()
+    reference = {
+        name: Histogram(name, "reference", labels, registry=observed, buckets=buckets)
+        for name, labels, buckets in (
+            ("llm_proxy_request_duration_seconds", ("model", "provider"), DURATION_BUCKETS),
+            ("llm_proxy_time_to_first_token_seconds", ("model", "provider"), TTFT_BUCKETS),
+            ("llm_proxy_overhead_seconds", ("model", "provider"), OVERHEAD_BUCKETS),
+        )
+    }
+    for flush_after, seconds in enumerate(OBSERVED):
+        exchange = Exchange("id", "chat", 100.0, "alpha", "llama", "emu")
+        exchange.stream, exchange.status = True, 200
+        exchange.first_token_at = exchange.ended = 100.0 + seconds
+        metrics.started(exchange)
+        metrics.finished(exchange)
+        for histogram in reference.values():
+            histogram.labels("llama", "emu").observe(seconds)
+        if flush_after % 5 == 4:
+            metrics.flush()  # some values in each of three flushes
+    metrics.flush()
+    for name in reference:
+        for suffix in ("_bucket", "_count", "_sum"):
+            got = {
+                sample.labels.get("le"): sample.value
+                for sample in _samples(tallied, name + suffix)
+                if sample.labels.get("model", "llama") == "llama"
+            }
+            want = {
+                sample.labels.get("le"): sample.value
+                for sample in _samples(observed, name + suffix)
+            }
+            assert got == pytest.approx(want), name + suffix
+            assert got  # the metric was there to compare
+
+
+def _samples(registry: CollectorRegistry, name: str) -> list[Sample]:
+    return [
+        sample for family in registry.collect() for sample in family.samples if sample.name == name
+    ]
