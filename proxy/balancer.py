@@ -118,7 +118,8 @@ class AttemptPlan:
     ) -> None:
         if len(breakers) != len(model.deployments):
             raise ValueError("one breaker per deployment")
-        if not all(d.weight > 0 for d in model.deployments):
+        # Weights only order several deployments (the configuration has made them positive).
+        if len(model.deployments) > 1 and not all(d.weight > 0 for d in model.deployments):
             raise ValueError("deployment weights must be positive")
         self.model = model
         self.policy = policy

@@ -30,7 +30,8 @@ _COMPLETION_DETAILS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Usage:
     """What one request consumed, as metering sees it."""
 
@@ -44,9 +45,6 @@ class Usage:
     @property
     def is_empty(self) -> bool:
         return self.prompt_tokens == 0 and self.completion_tokens == 0
-
-
-NO_USAGE = Usage(source="estimated")
 
 
 # No real count comes near this; beyond it a "count" is garbage (and 2**53 is where JSON
