@@ -274,9 +274,10 @@ class ProxyMetrics(Observer):
         # so keeps its id, until finished() has run).
         self._streaming: dict[int, Gauge] = {}
         # Counter increments, histogram observations and gauge moves, by child, held for
-        # REPORT_DELAY and written together: with several workers each write goes to a memory-mapped file under a lock,
-        # which made metrics about half the cost of a request's observers (bench/metering.py).
-        # A request that starts and ends within the delay moves no gauge at all.
+        # REPORT_DELAY and written together: with several workers each write goes to a
+        # memory-mapped file under a lock, which made metrics about half the cost of a request's
+        # observers (bench/metering.py). A request that starts and ends within the delay moves
+        # no gauge at all.
         self._counts: dict[Counter, float] = {}
         self._moves: dict[Gauge, float] = {}
         self._tallies: dict[Histogram, _Tally] = {}
