@@ -83,10 +83,11 @@ async def test_metrics_are_held_for_the_delay_then_written_together() -> None:
         metrics.started(exchange)
         metrics.finished(exchange)
     assert _value(registry, "llm_proxy_requests_total") == 0
-    # Histograms are observed at once: each observation has its own bucket.
-    assert _value(registry, "llm_proxy_request_duration_seconds_count") == 3
+    assert _value(registry, "llm_proxy_request_duration_seconds_count") == 0  # tallied, held
     await _after_the_delay()
     assert _value(registry, "llm_proxy_requests_total", team="alpha", status_class="2xx") == 3
+    assert _value(registry, "llm_proxy_request_duration_seconds_count") == 3
+    assert _value(registry, "llm_proxy_overhead_seconds_count") == 3
     assert _value(registry, "llm_proxy_tokens_total", type="prompt") == 9
     assert _value(registry, "llm_proxy_tokens_total", type="completion") == 6
     assert _value(registry, "llm_proxy_requests_in_flight") == 1  # theirs never moved it
