@@ -84,6 +84,8 @@ async def _continue(request: web.BaseRequest, expect: str) -> None:
 async def handle_completion(
     request: web.BaseRequest, state: State, exchange: Exchange, endpoint: Endpoint
 ) -> web.StreamResponse:
+    """The request's team, body and model, then its attempts until one answers (one coroutine
+    for both: every level of coroutine is paid again when the upstream's answer resumes it)."""
     runtime = state.runtime  # one configuration for the whole request, even across a reload
     config = runtime.config
 
@@ -94,26 +96,16 @@ async def handle_completion(
     exchange.stream = client_request.stream
     model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name
-    return await _attempts(request, state, runtime, exchange, model, client_request)
 
-
-async def _attempts(
-    request: web.BaseRequest,
-    state: State,
-    runtime: Runtime,
-    exchange: Exchange,
-    model: Model,
-    client_request: ClientRequest,
-) -> web.StreamResponse:
     loop = asyncio.get_running_loop()
     breakers = runtime.breakers[model.name]
-    plan = AttemptPlan(model, breakers, runtime.config.routing.policy, runtime.rng.random)
+    plan = AttemptPlan(model, breakers, config.routing.policy, runtime.rng.random)
     last_error: ProxyError | None = None
     while (attempt := plan.next(loop.time())) is not None:
         deployment = attempt.deployment
         if attempt.probe:
             _circuit(state, model, deployment, "half_open")
-        provider = runtime.config.providers[deployment.provider]
+        provider = config.providers[deployment.provider]
         exchange.provider = provider.name
         try:
             response = await _attempt(
