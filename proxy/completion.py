@@ -31,7 +31,7 @@ from proxy.errors import (
 )
 from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
-from proxy.relay import Answer, relay_stream, relay_whole
+from proxy.relay import Answer, relay_stream, relay_whole, whole_arrived
 from proxy.request import ClientRequest, parse_request, upstream_body
 from proxy.state import Runtime, State
 
@@ -202,7 +202,12 @@ async def _attempt(
             ) from None
         finally:
             exchange.upstream_wait += perf_counter() - waited
-        answer = Answer(response, API_FAMILIES[provider.api], ctx, timeouts, deadline, timer)
+        family = API_FAMILIES[provider.api]
+        if not client_request.stream:
+            whole = whole_arrived(response, family, ctx, exchange)
+            if whole is not None:
+                return whole
+        answer = Answer(response, family, ctx, timeouts, deadline, timer)
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id}
             return await relay_stream(request, answer, exchange, headers, state.observers)

@@ -68,6 +68,21 @@ class Answer:
         return self.response.content_type == "text/event-stream"
 
 
+def whole_arrived(
+    response: UpstreamResponse, family: ApiFamily, ctx: RequestContext, exchange: Exchange
+) -> web.Response | None:
+    """A non-streamed answer that came whole with its headers (the usual small one), normalized
+    into the client's response without a coroutine; None for any other (``relay_whole``)."""
+    if response.content_type == "text/event-stream":
+        return None
+    raw = read_arrived(response, RESPONSE_LIMIT)
+    if raw is None:
+        return None
+    # Nothing to wait for or to bound; the connection went back to the pool at the body's end.
+    response.close()
+    return _normalized(raw, family, ctx, exchange)
+
+
 async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
     """A non-streamed answer: read it whole (bounded), normalize it, send it."""
     if answer.is_event_stream:
@@ -78,9 +93,14 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
             answer, exchange, read_whole(answer.response, RESPONSE_LIMIT)
         )
     else:
-        # Nothing to wait for or to bound; the connection went back to the pool at the body's end.
-        answer.response.close()
-    normalized = answer.family.response(raw, answer.ctx)
+        answer.response.close()  # as in whole_arrived
+    return _normalized(raw, answer.family, answer.ctx, exchange)
+
+
+def _normalized(
+    raw: bytes, family: ApiFamily, ctx: RequestContext, exchange: Exchange
+) -> web.Response:
+    normalized = family.response(raw, ctx)
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
     return web.Response(body=normalized.body, content_type="application/json")
