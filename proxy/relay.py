@@ -85,15 +85,12 @@ def whole_arrived(
 
 async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
     """A non-streamed answer: read it whole (bounded), normalize it, send it."""
+    whole = whole_arrived(answer.response, answer.family, answer.ctx, exchange)
+    if whole is not None:
+        return whole
     if answer.is_event_stream:
         return await _stream_as_whole(answer, exchange)
-    raw = read_arrived(answer.response, RESPONSE_LIMIT)
-    if raw is None:
-        raw = await _read_within_total(
-            answer, exchange, read_whole(answer.response, RESPONSE_LIMIT)
-        )
-    else:
-        answer.response.close()  # as in whole_arrived
+    raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
     return _normalized(raw, answer.family, answer.ctx, exchange)
 
 
