@@ -214,8 +214,12 @@ async def read_stream(
                 held[0] = None
     except (OSError, TimeoutError, ProtocolFailure) as exc:
         result.failure = type(exc).__name__
-        if connection is not None and connection.transport is not None:
-            connection.transport.close()
+        if connection is not None:
+            # Detached first: the close must not fail a future that nobody awaits any more
+            # (asyncio would log "exception was never retrieved").
+            connection.answer = None
+            if connection.transport is not None:
+                connection.transport.close()
         held[0] = None
     return result
 
