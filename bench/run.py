@@ -135,6 +135,12 @@ def _machine() -> str:
     )
 
 
+def _interpreter(python: Path) -> str:
+    """``python``'s version and the executable it resolves to (a virtualenv's is a link)."""
+    version = _version([str(python), "-c", "import platform; print(platform.python_version())"])
+    return f"{version} ({os.path.realpath(python)})"
+
+
 def _version(argv: list[str]) -> str:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
@@ -361,10 +367,20 @@ class Run:
         self.say(f"machine: {_machine()}")
         self.say(f"command: python bench/run.py {shlex.join(sys.argv[1:])}")
         self.say(f"proxy: {_version(['git', '-C', str(ROOT), 'describe', '--always', '--dirty'])}")
-        self.say(
-            f"tools: {_version(['nginx', '-v'])}; {_version(['wrk', '-v'])}; "
-            f"Python {platform.python_version()}"
-        )
+        self.say(f"tools: {_version(['nginx', '-v'])}; {_version(['wrk', '-v'])}")
+        # The interpreter's build matters as much as our code: one built with PGO and LTO (the
+        # Docker image's, Debian's python3) serves a tenth more than one built without (pyenv's
+        # default). Ours and the floor run on this one; LiteLLM on its virtualenv's.
+        ours = _interpreter(Path(sys.executable))
+        self.say(f"python: {ours} for ours and the floor")
+        if args.peers:
+            peers = _interpreter(args.peer_venv / "bin" / "python")
+            self.say(f"python: {peers} for LiteLLM ({args.peer_venv})")
+            if peers != ours:
+                self.say(
+                    "WARNING: LiteLLM runs on another interpreter than ours: make its"
+                    f" virtualenv with this one (bash bench/setup.sh --python {sys.executable})"
+                )
         self.say(
             "upstream: nginx serving recorded OpenAI answers (bench/canned.py); slow streams"
             " paced by nginx's echo module (echo_sleep 0.05), not by the emulator"

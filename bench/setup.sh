@@ -2,17 +2,21 @@
 # What bench/run.py needs, installed on demand (never by CI, never a project dependency):
 #   - nginx with its echo module, and wrk, from Debian's packages (needs root);
 #   - a separate virtualenv (default .bench-venv, or the path given as --venv PATH) with py-spy
-#     and the peers measured by `bench/run.py --peers`: LiteLLM's proxy and TensorZero.
-# Usage: bash bench/setup.sh [--tools-only] [--venv PATH]
+#     and the peers measured by `bench/run.py --peers`: LiteLLM's proxy and TensorZero. It is
+#     made with `python3`, or with the interpreter given as --python PATH: give the one that
+#     runs bench/run.py, so that LiteLLM runs on the same Python as ours (README, "Performance").
+# Usage: bash bench/setup.sh [--tools-only] [--venv PATH] [--python PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=.bench-venv
+python=python3
 tools_only=no
 while [ $# -gt 0 ]; do
     case "$1" in
         --tools-only) tools_only=yes ;;
         --venv) venv="$2"; shift ;;
+        --python) python="$2"; shift ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -32,7 +36,7 @@ fi
 echo "nginx: $(nginx -v 2>&1); wrk: $(wrk -v 2>&1 | head -1)"
 
 if [ "$tools_only" = no ]; then
-    [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+    [ -x "$venv/bin/pip" ] || "$python" -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
     "$venv/bin/pip" install -q "$PY_SPY" "$LITELLM" "$TENSORZERO"
     echo "peers in $venv: $("$venv/bin/pip" list 2>/dev/null | grep -E '^(litellm|tensorzero|py-spy) ' | tr -s ' ' | paste -sd ';')"
