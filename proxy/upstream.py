@@ -297,8 +297,13 @@ class UpstreamClient:
                 if protocol is None or transport is None or transport.is_closing():
                     # Closed by the upstream since it was pooled.
                     raise aiohttp.ServerDisconnectedError()
-                # A new parser for this answer; a body without a length runs to the end.
-                protocol.set_response_params(read_until_eof=True)
+                if protocol._parser is None:
+                    # A new connection: its parser (a body without a length runs to the end).
+                    # A pooled one keeps the parser of its last answer, which ended cleanly (a
+                    # connection goes back to the pool only once its answer's body was read to
+                    # its end) and is ready for the next; aiohttp's ClientSession makes a new
+                    # one per request, about 1.5 % of a worker's time at plain-64 (perf).
+                    protocol.set_response_params(read_until_eof=True)
                 length = b"Content-Length: %d\r\n\r\n" % len(body)
                 if len(body) <= _COALESCE:
                     transport.write(head + length + body)
