@@ -23,6 +23,7 @@ from aiohttp import web
 from proxy.batch import REPORT_DELAY, Batch
 from proxy.completion import handle_completion
 from proxy.config import Config
+from proxy.deadline import Deadlines
 from proxy.errors import (
     MethodNotAllowed,
     NotFound,
@@ -115,6 +116,7 @@ class Gateway:
         # request.
         self._connector = connection_pool()
         self.state.client = UpstreamClient(self._connector)
+        self.state.deadlines = Deadlines(asyncio.get_running_loop())
         self.state.ready = True
 
     async def close(self) -> None:
@@ -123,6 +125,9 @@ class Gateway:
         self._reports.flush_now()
         self.state.ready = False
         self.state.client = None
+        if self.state.deadlines is not None:
+            self.state.deadlines.close()
+            self.state.deadlines = None
         if self._connector is not None:
             await self._connector.close()
             self._connector = None

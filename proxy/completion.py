@@ -182,12 +182,12 @@ async def _attempt(
     )
     body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     timeouts = provider.timeouts
-    assert state.client is not None
+    assert state.client is not None and state.deadlines is not None
     loop = asyncio.get_running_loop()
     started = loop.time()  # the deadlines' clock (the loop's); waits are measured on perf_counter
     waited = perf_counter()
     deadline = started + timeouts.total
-    timer = Deadline(loop)
+    timer = Deadline(state.deadlines)
     try:
         timer.move(min(started + timeouts.first_byte, deadline))
         try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from proxy.auth import KeyRing
 from proxy.circuit import CircuitBreaker
 from proxy.config import Config, Deployment, Model, Routing
+from proxy.deadline import Deadlines
 from proxy.exchange import Exchange
 from proxy.routing import ModelTable
 from proxy.upstream import Target, UpstreamClient, target_for
@@ -112,4 +113,5 @@ class State:
     runtime: Runtime
     observers: Sequence[Observer] = ()
     client: UpstreamClient | None = None
+    deadlines: Deadlines | None = None  # the running loop's, from start to close
     ready: bool = False

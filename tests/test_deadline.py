@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from proxy.deadline import Deadline
+from proxy.deadline import TICK, Deadline, Deadlines
 
 
 async def _guarded(timer: Deadline, wait: float) -> str:
@@ -31,7 +31,7 @@ async def _guarded(timer: Deadline, wait: float) -> str:
 )
 async def test_expires_at_the_latest_move(moves: list[float], wait: float, outcome: str) -> None:
     loop = asyncio.get_running_loop()
-    timer = Deadline(loop)
+    timer = Deadline(Deadlines(loop))
     now = loop.time()
     for offset in moves:
         timer.move(now + offset)
@@ -43,7 +43,7 @@ async def test_expires_at_the_latest_move(moves: list[float], wait: float, outco
 
 async def test_closed_deadline_never_fires() -> None:
     loop = asyncio.get_running_loop()
-    timer = Deadline(loop)
+    timer = Deadline(Deadlines(loop))
     timer.move(loop.time() + 0.01)
     timer.close()
     await asyncio.sleep(0.05)  # not cancelled
@@ -52,7 +52,7 @@ async def test_closed_deadline_never_fires() -> None:
 
 async def test_a_cancel_from_outside_is_not_the_deadline() -> None:
     async def guarded() -> str:
-        timer = Deadline(asyncio.get_running_loop())
+        timer = Deadline(Deadlines(asyncio.get_running_loop()))
         timer.move(asyncio.get_running_loop().time() + 10)
         try:
             return await _guarded(timer, 10)
@@ -72,7 +72,7 @@ async def test_needs_a_task() -> None:
 
     def outside_any_task() -> None:
         try:
-            Deadline(loop)
+            Deadline(Deadlines(loop))
         except RuntimeError as exc:
             outcome.set_result(exc)
         else:
@@ -81,3 +81,59 @@ async def test_needs_a_task() -> None:
     loop.call_soon(outside_any_task)
     error = await outcome
     assert isinstance(error, RuntimeError) and "guards the waits of a task" in str(error)
+
+
+def _timers(loop: asyncio.AbstractEventLoop) -> int:
+    """The loop timers pending on asyncio's own loop (what the tests run on)."""
+    assert isinstance(loop, asyncio.BaseEventLoop)
+    scheduled: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
+    return len([handle for handle in scheduled if not handle.cancelled()])
+
+
+async def test_deadlines_closed_within_a_tick_share_one_timer() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop)
+    before = _timers(loop)
+    timers = [Deadline(deadlines) for _ in range(100)]
+    for timer in timers:
+        timer.move(loop.time() + 60)
+    assert _timers(loop) == before + 1  # the tick's, for all of them
+    for timer in timers:
+        timer.close()
+    await asyncio.sleep(TICK * 3)
+    assert _timers(loop) == before  # none of them got a timer of its own
+    assert not any(timer.fired for timer in timers)
+
+
+async def test_a_deadline_open_past_a_tick_gets_its_own_timer() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop)
+    before = _timers(loop)
+    timer = Deadline(deadlines)
+    timer.move(loop.time() + 60)
+    await asyncio.sleep(TICK * 3)
+    assert _timers(loop) == before + 1  # its own, at its limit
+    timer.move(loop.time() + 0.01)  # earlier: armed again
+    assert await _guarded(timer, 1.0) == "expired"
+    assert _timers(loop) == before
+
+
+async def test_a_deadline_shorter_than_a_tick_fires_within_a_tick() -> None:
+    loop = asyncio.get_running_loop()
+    timer = Deadline(Deadlines(loop))
+    started = loop.time()
+    timer.move(started + TICK / 10)
+    assert await _guarded(timer, 1.0) == "expired"
+    assert loop.time() - started < TICK * 5  # a tick late at most, with the loop's own slack
+
+
+async def test_closing_the_deadlines_stops_their_timer() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop)
+    before = _timers(loop)
+    timer = Deadline(deadlines)
+    timer.move(loop.time() + 60)
+    deadlines.close()
+    assert _timers(loop) == before
+    await asyncio.sleep(TICK * 3)
+    assert _timers(loop) == before and not timer.fired
