@@ -55,11 +55,11 @@ class Deadlines:
                 deadline._arm(deadline.expires)
 
     def close(self) -> None:
-        """Stop the shared timer (the loop is done with requests)."""
+        """Stop the shared timer (the gateway is closing): the deadlines still waiting for it
+        get their own timers at once, so that none of them goes unguarded."""
         if self._handle is not None:
             self._handle.cancel()
-            self._handle = None
-        self._waiting.clear()
+        self._promote()
 
 
 class Deadline:

@@ -127,13 +127,16 @@ async def test_a_deadline_shorter_than_a_tick_fires_within_a_tick() -> None:
     assert loop.time() - started < TICK * 5  # a tick late at most, with the loop's own slack
 
 
-async def test_closing_the_deadlines_stops_their_timer() -> None:
+async def test_closing_the_deadlines_hands_the_open_ones_their_own_timers() -> None:
     loop = asyncio.get_running_loop()
     deadlines = Deadlines(loop)
     before = _timers(loop)
-    timer = Deadline(deadlines)
-    timer.move(loop.time() + 60)
+    done, still_open = Deadline(deadlines), Deadline(deadlines)
+    done.move(loop.time() + 60)
+    done.close()
+    still_open.move(loop.time() + 0.05)
     deadlines.close()
+    assert _timers(loop) == before + 1  # the open one's own; the shared one is gone
+    assert await _guarded(still_open, 1.0) == "expired"
+    assert not done.fired
     assert _timers(loop) == before
-    await asyncio.sleep(TICK * 3)
-    assert _timers(loop) == before and not timer.fired

@@ -356,17 +356,24 @@ async def test_a_chunked_event_stream_is_relayed(servers: Servers, wire: WireUps
 
 
 async def test_connections_are_kept_alive_and_reused(servers: Servers, wire: WireUpstream) -> None:
-    url = proxy_for(servers, wire, "length", "chunked")
-    for model in ("length", "chunked", "length", "chunked"):
+    # Every framing in turn on the same connections: a pooled connection keeps its response
+    # parser from one answer to the next (proxy.upstream), so each answer must still be read
+    # whole and right after any other.
+    framings = ("length", "chunked", "gzip", "early-hints")
+    url = proxy_for(servers, wire, *framings)
+    expected = orjson.loads(ANSWER)["choices"][0]["message"]["content"]
+    for model in framings * 3:
         status, raw = await post(url, {"model": model, "messages": CHAT})
         assert status == 200, raw
+        assert orjson.loads(raw)["choices"][0]["message"]["content"] == expected, model
     by_scenario: dict[str, set[int]] = {}
     for received in wire.received:
         by_scenario.setdefault(received.head.split(b"/")[1].decode(), set()).add(
             received.connection
         )
-    # One provider, one connection, request after request (the two providers share a host and
+    # One provider, one connection, request after request (the providers share a host and
     # port, so they may share one too).
+    assert set(by_scenario) == set(framings)
     assert all(len(connections) == 1 for connections in by_scenario.values()), by_scenario
 
 
