@@ -19,12 +19,14 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final
 
 import aiohttp
 import orjson
 from aiohttp import hdrs
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.connector import NEEDS_CLEANUP_CLOSED
 from aiohttp.http import SERVER_SOFTWARE, HttpProcessingError, RawResponseMessage
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -101,8 +103,18 @@ class Destination:
         """What aiohttp's connector pools connections by (host, port, TLS) and opens new ones
         with, read off a request of its own; made on first use, as it needs the running loop."""
         if self._key is None:
-            self._key = aiohttp.ClientRequest("POST", self.url, loop=asyncio.get_running_loop())
+            self._key = _PoolKey("POST", self.url, loop=asyncio.get_running_loop())
         return self._key
+
+
+class _PoolKey(aiohttp.ClientRequest):
+    """A request standing for its destination with aiohttp's connector, which reads its
+    connection key on every connect: here the key is computed once (it hashes the URL's host,
+    port and TLS settings, which never change)."""
+
+    @cached_property
+    def connection_key(self) -> ConnectionKey:
+        return super().connection_key
 
 
 @dataclass(frozen=True, slots=True)
