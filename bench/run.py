@@ -368,8 +368,8 @@ class Run:
         self.say(f"command: python bench/run.py {shlex.join(sys.argv[1:])}")
         self.say(f"proxy: {_version(['git', '-C', str(ROOT), 'describe', '--always', '--dirty'])}")
         self.say(f"tools: {_version(['nginx', '-v'])}; {_version(['wrk', '-v'])}")
-        # The interpreter's build matters as much as our code: one built with PGO and LTO (the
-        # Docker image's, Debian's python3) serves a tenth more than one built without (pyenv's
+        # The interpreter's build matters: one built with PGO and LTO (the
+        # Docker image's, Debian's python3) served 3-12 % more here than one built without (pyenv's
         # default). Ours and the floor run on this one; LiteLLM on its virtualenv's.
         ours = _interpreter(Path(sys.executable))
         self.say(f"python: {ours} for ours and the floor")
