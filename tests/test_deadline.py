@@ -124,7 +124,8 @@ async def test_a_deadline_shorter_than_a_tick_fires_within_a_tick() -> None:
     started = loop.time()
     timer.move(started + TICK / 10)
     assert await _guarded(timer, 1.0) == "expired"
-    assert loop.time() - started < TICK * 5  # a tick late at most, with the loop's own slack
+    # A tick late at most, and whatever a busy machine adds to the loop's own timers.
+    assert loop.time() - started < TICK + 0.2
 
 
 async def test_closing_the_deadlines_hands_the_open_ones_their_own_timers() -> None:
