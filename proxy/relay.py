@@ -84,10 +84,8 @@ def whole_arrived(
 
 
 async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
-    """A non-streamed answer: read it whole (bounded), normalize it, send it."""
-    whole = whole_arrived(answer.response, answer.family, answer.ctx, exchange)
-    if whole is not None:
-        return whole
+    """A non-streamed answer that ``whole_arrived`` did not take (not all of it came with its
+    headers, or it is an event stream): read it whole (bounded), normalize it, send it."""
     if answer.is_event_stream:
         return await _stream_as_whole(answer, exchange)
     raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
@@ -372,7 +370,9 @@ async def _whole_as_stream(
         raise UpstreamProtocolError(
             f"The upstream answered a stream request with content type '{content_type}'"
         )
-    whole = await relay_whole(answer, exchange)
+    whole = whole_arrived(answer.response, answer.family, answer.ctx, exchange)
+    if whole is None:
+        whole = await relay_whole(answer, exchange)
     assert isinstance(whole.body, bytes)
     response = opening.response()
     try:
