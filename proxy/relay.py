@@ -12,14 +12,13 @@ upstream request at once (aiohttp cancels the handler, and every path closes the
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Final, TypeVar
 
 import orjson
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from proxy.config import Timeouts
 from proxy.deadline import Deadline
@@ -27,7 +26,8 @@ from proxy.errors import ProxyError, UpstreamError, UpstreamProtocolError, Upstr
 from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
-from proxy.sse import Event, SSEDecoder
+from proxy.pipe import PIPES, Pipe, frames_for
+from proxy.sse import SSEDecoder
 from proxy.state import Observer
 from proxy.upstream import (
     TRANSPORT_ERRORS,
@@ -38,7 +38,6 @@ from proxy.upstream import (
     upstream_error_for,
 )
 
-log = logging.getLogger("proxy.relay")
 T = TypeVar("T")
 
 # The largest whole response accepted from an upstream (a long completion is a few MB at most).
@@ -182,24 +181,6 @@ def _total_timeout(answer: Answer) -> UpstreamTimeout:
     return UpstreamTimeout(f"The upstream did not finish its answer within {seconds:g} s")
 
 
-def _feed(normalizer: StreamNormalizer, events: list[Event], at_end: bool) -> list[bytes]:
-    """The frames for ``events`` (and the end of the body, if it came)."""
-    frames: list[bytes] = []
-    try:
-        for event in events:
-            frames += normalizer.feed(event)
-            if normalizer.ended:
-                return frames
-        if at_end:
-            frames += normalizer.finish()
-    except Exception:
-        # Defence in depth: a bug of ours must end this stream cleanly, not the process.
-        log.exception("the normalizer failed")
-        failure = UpstreamProtocolError("The proxy could not process the upstream's stream")
-        frames += normalizer.fail(failure)
-    return frames
-
-
 # After [DONE], how long to wait for the end of the upstream's body (its last chunk usually comes
 # in the same read): a body read to its end lets the connection be reused for the next request.
 _REUSE_WAIT: Final = 0.1
@@ -225,6 +206,8 @@ async def _pump(
     loop = asyncio.get_running_loop()
     decoder = SSEDecoder()
     response: web.StreamResponse | None = None
+    # Once the response has started, the rest is relayed in the loop's callbacks (proxy.pipe).
+    pipe: Pipe | None = None
     read = answer.response.content.readany
     timeouts = answer.timeouts
     deadline = answer.deadline
@@ -239,17 +222,29 @@ async def _pump(
             timer.move(min(loop.time() + wait, deadline))
             started = perf_counter()
             waiting = "upstream"
-            try:
-                data = await read()
-                events = decoder.feed(data) if data else decoder.close()
-            except TRANSPORT_ERRORS as exc:
-                frames = normalizer.fail(upstream_error_for(exc, "stream"))
-            except UpstreamError as exc:  # an event over the size bound
-                frames = normalizer.fail(exc)
+            if pipe is not None:
+                frames = await pipe.flow()  # it meters its waits for the upstream itself
+                data = pipe.data
+                now = perf_counter()
+                if not frames:
+                    # The client's transport is full: wait until it has taken some.
+                    timer.move(loop.time() + timeouts.idle)
+                    waiting = "client"
+                    await opening.request.writer.drain()
+                    exchange.client_wait += perf_counter() - now
+                    continue
             else:
-                frames = _feed(normalizer, events, not data)
-            now = perf_counter()
-            exchange.upstream_wait += now - started
+                try:
+                    data = await read()
+                    events = decoder.feed(data) if data else decoder.close()
+                except TRANSPORT_ERRORS as exc:
+                    frames = normalizer.fail(upstream_error_for(exc, "stream"))
+                except UpstreamError as exc:  # an event over the size bound
+                    frames = normalizer.fail(exc)
+                else:
+                    frames = frames_for(normalizer, events, not data)
+                now = perf_counter()
+                exchange.upstream_wait += now - started
             wait = timeouts.idle
             if not frames:
                 continue
@@ -270,6 +265,8 @@ async def _pump(
                 await response.write_eof(body)
             else:
                 await response.write(body)
+                if pipe is None and PIPES:
+                    pipe = _pipe(answer, decoder, normalizer, exchange, opening.request, response)
             exchange.client_wait += perf_counter() - now
         # The loop ends once the normalizer has said its last, and every way of ending says
         # something (a finish, usage and [DONE], or an error event): the body's end went out
@@ -298,6 +295,33 @@ async def _pump(
         assert normalizer.error is not None
         raise normalizer.error
     return response
+
+
+def _pipe(
+    answer: Answer,
+    decoder: SSEDecoder,
+    normalizer: StreamNormalizer,
+    exchange: Exchange,
+    request: web.BaseRequest,
+    response: web.StreamResponse,
+) -> Pipe | None:
+    """The pipe for the rest of a stream whose response has started; None if the client's
+    connection is gone already (the next write tells)."""
+    transport = request.transport
+    if transport is None:
+        return None
+    return Pipe(
+        answer.response.content,
+        decoder,
+        normalizer,
+        transport,
+        # aiohttp chunks the body of a stream to an HTTP/1.1 client, and says so in its headers.
+        chunked=response.headers.get(hdrs.TRANSFER_ENCODING) == "chunked",
+        timer=answer.timer,
+        idle=answer.timeouts.idle,
+        deadline=answer.deadline,
+        exchange=exchange,
+    )
 
 
 async def _upstream_timed_out(
@@ -347,7 +371,7 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
             with mapped_errors("stream"):
                 data = await answer.response.content.readany()
             events = decoder.feed(data) if data else decoder.close()
-            frames.extend(_feed(normalizer, events, not data))
+            frames.extend(frames_for(normalizer, events, not data))
 
     try:
         await _read_within_total(answer, exchange, collect())

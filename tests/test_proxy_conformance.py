@@ -7,15 +7,19 @@ consume every fixture without an error and accumulate the golden text.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import openai
 import orjson
 import pytest
 
-from tests.harness import TEAM_KEY
-from tests.replay import Golden, check_stream, check_whole, goldens, parse_frames
+from tests.conftest import golden_models
+from tests.harness import TEAM_KEY, running_servers
+from tests.replay import FIXTURES, Golden, check_stream, check_whole, goldens, parse_frames
 
 PROXIED = [g for g in goldens() if g.name != "sse-quirks.tcp-splits.json"]
 STREAMS = [g for g in PROXIED if g.stream and g.data["outcome"] == "ok"]
@@ -162,3 +166,60 @@ async def test_async_sdk_whole_responses(proxy_url: str, golden: Golden) -> None
             text = completion.choices[0].text
             assert completion.usage is not None
     assert text == expected_text(golden)
+
+
+# Seconds between a paced emulator's events: enough for each to come in a read of its own.
+PACE = 0.001
+
+
+@pytest.fixture(scope="module")
+def paced_url() -> Iterator[str]:
+    """A proxy whose upstream sends each event in a read of its own, as providers do: from a
+    stream's second read on, the relay's pipe takes it (proxy.pipe)."""
+    with running_servers(FIXTURES, chunk_delay=PACE) as servers:
+        url, _ = servers.start_proxy(golden_models())
+        yield url
+
+
+def dechunk(body: bytes) -> bytes:
+    data: list[bytes] = []
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert body == b"\r\n", body[:100]
+            return b"".join(data)
+        assert body[size : size + 2] == b"\r\n", body[:100]
+        data.append(body[:size])
+        body = body[size + 2 :]
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+@pytest.mark.parametrize("golden", [g for g in PROXIED if g.stream], ids=_ids)
+async def test_fixture_streamed_event_by_event(
+    paced_url: str, golden: Golden, version: str
+) -> None:
+    """Chunked to an HTTP/1.1 client, as it comes to an HTTP/1.0 one (its end is the
+    connection's); either way what CANONICAL.md and the golden say."""
+    url = urlsplit(paced_url)
+    assert url.hostname is not None and url.port is not None
+    body = orjson.dumps(request_body(golden, include_usage=True))
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    writer.write(
+        f"POST {url.path}{path(golden)} HTTP/{version}\r\nHost: x\r\nConnection: close\r\n"
+        f"Authorization: Bearer {TEAM_KEY}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    try:
+        answer = await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+    head, _, content = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/{version} 200 OK\r\n".encode()), head
+    if version == "1.1":
+        assert b"\r\nTransfer-Encoding: chunked\r\n" in head
+        content = dechunk(content)
+    else:
+        assert b"Transfer-Encoding" not in head
+    check_stream(golden, parse_frames(content), include_usage=True, created=None, model=golden.name)

@@ -1,0 +1,195 @@
+"""``Pipe``: a stream's events relayed in the event loop's callbacks, not in its task.
+
+Relaying a stream in its handler's task costs, for every read, a future for aiohttp's reader to
+complete, the task woken to resume the coroutines waiting on it, and the coroutines of aiohttp's
+``write``. Relaying 1,000 slow streams, which is a read and a write per event, a pipe took a
+fifth less worker CPU than the task (bench/run.py's slow-1000, measured with bench/ab.py).
+
+A pipe stands in for the future aiohttp's ``StreamReader`` completes when data arrives (its
+``_waiter``): ``feed_data``, ``feed_eof`` and ``set_exception`` call its ``set_result`` or
+``set_exception``, which schedules one ``_step`` on the loop (not inside the protocol's
+``data_received``, where reading would re-enter aiohttp's parser). A step takes what was read,
+decodes and normalizes it, and writes the frames straight to the client's transport, framed as
+the response's headers said. The handler's task waits only for what needs it (``flow``): the
+normalizer's last frames, whose write ends the response, or a client that stopped reading
+(its transport holds more than ``HIGH_WATER`` bytes), for whom the task waits until it drained.
+
+The task's deadline still bounds every wait: each step moves it to the idle limit, and its
+expiry cancels the task, which disarms the pipe. ``PIPES`` is False if aiohttp's reader no longer
+has its ``_waiter``; the relay then reads in its task as before (tests/test_pipe.py fails then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from time import perf_counter
+from typing import Final, cast
+
+import aiohttp
+
+from proxy.deadline import Deadline
+from proxy.errors import UpstreamError, UpstreamProtocolError
+from proxy.exchange import Exchange
+from proxy.normalize import StreamNormalizer
+from proxy.sse import Event, SSEDecoder
+from proxy.upstream import TRANSPORT_ERRORS, upstream_error_for
+
+__all__ = ["HIGH_WATER", "PIPES", "Pipe", "frames_for"]
+
+log = logging.getLogger("proxy.relay")
+
+PIPES: Final = "_waiter" in getattr(aiohttp.StreamReader, "__slots__", ())
+# What a client's transport may hold before the pipe waits for it: uvloop's and asyncio's own
+# high-water mark, past which they would ask the protocol to pause writing.
+HIGH_WATER: Final = 64 * 1024
+
+
+def frames_for(normalizer: StreamNormalizer, events: list[Event], at_end: bool) -> list[bytes]:
+    """The frames for ``events`` (and the end of the body, if it came)."""
+    frames: list[bytes] = []
+    try:
+        for event in events:
+            frames += normalizer.feed(event)
+            if normalizer.ended:
+                return frames
+        if at_end:
+            frames += normalizer.finish()
+    except Exception:
+        # Defence in depth: a bug of ours must end this stream cleanly, not the process.
+        log.exception("the normalizer failed")
+        failure = UpstreamProtocolError("The proxy could not process the upstream's stream")
+        frames += normalizer.fail(failure)
+    return frames
+
+
+class Pipe:
+    """Relays one stream, once its response has started, from the upstream's reader to the
+    client's transport."""
+
+    __slots__ = (
+        "_armed_at",
+        "_chunked",
+        "_content",
+        "_deadline",
+        "_decoder",
+        "_exchange",
+        "_finished",
+        "_idle",
+        "_loop",
+        "_normalizer",
+        "_timer",
+        "_transport",
+        "data",
+    )
+
+    def __init__(
+        self,
+        content: aiohttp.StreamReader,
+        decoder: SSEDecoder,
+        normalizer: StreamNormalizer,
+        transport: asyncio.Transport,
+        *,
+        chunked: bool,
+        timer: Deadline,
+        idle: float,
+        deadline: float,
+        exchange: Exchange,
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._content = content
+        self._decoder = decoder
+        self._normalizer = normalizer
+        self._transport = transport
+        self._chunked = chunked  # the response's body is chunked (HTTP/1.1), not raw (1.0)
+        self._timer = timer
+        self._idle = idle
+        self._deadline = deadline  # loop time by which the whole exchange must be over
+        self._exchange = exchange
+        self._finished: asyncio.Future[list[bytes]] | None = None
+        self._armed_at = 0.0
+        self.data = b""  # the last read: b"" once the upstream's body has ended
+
+    async def flow(self) -> list[bytes]:
+        """Relay until the task is needed: the normalizer's last frames, not yet written (the
+        normalizer has ended), or nothing (the client's transport is full: drain it, then
+        ``flow`` again). Raises ``ConnectionResetError`` if the client's connection closed."""
+        finished: asyncio.Future[list[bytes]] = self._loop.create_future()
+        self._finished = finished
+        self._armed_at = perf_counter()
+        self._step()
+        if not finished.done():
+            try:
+                await finished
+            finally:
+                # Cancelled (the deadline, or the client left): no step may run any more.
+                if cast(object, self._content._waiter) is self:
+                    self._content._waiter = None
+        return finished.result()
+
+    # The reader's side: what aiohttp calls on its waiter.
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: None) -> None:
+        self._loop.call_soon(self._step)
+
+    def set_exception(self, exc: BaseException) -> None:
+        # The reader keeps the exception, and reading raises it: the step tells it.
+        self._loop.call_soon(self._step)
+
+    def _step(self) -> None:
+        finished = self._finished
+        if finished is None or finished.done():
+            return  # the task stopped waiting
+        began = perf_counter()
+        self._exchange.upstream_wait += began - self._armed_at
+        try:
+            self._relay(finished)
+        except ConnectionResetError as exc:  # the client's connection closed
+            finished.set_exception(exc)
+        except Exception as exc:
+            # A bug of ours: the task raises it, rather than the stream waiting for its timeout.
+            finished.set_exception(exc)
+
+    def _relay(self, finished: asyncio.Future[list[bytes]]) -> None:
+        content = self._content
+        normalizer = self._normalizer
+        while True:
+            try:
+                data = content.read_nowait()
+                if data:
+                    events = self._decoder.feed(data)
+                elif content.is_eof():
+                    events = self._decoder.close()
+                else:
+                    # Nothing more for now: wait for the next read, within the idle limit.
+                    self._timer.move(min(self._loop.time() + self._idle, self._deadline))
+                    self._armed_at = perf_counter()
+                    content._waiter = self  # type: ignore[assignment]  # see the module's doc
+                    return
+            except TRANSPORT_ERRORS as exc:
+                data = b""
+                frames = normalizer.fail(upstream_error_for(exc, "stream"))
+            except UpstreamError as exc:  # an event over the size bound
+                data = b""
+                frames = normalizer.fail(exc)
+            else:
+                frames = frames_for(normalizer, events, not data)
+            self.data = data
+            if normalizer.ended:
+                finished.set_result(frames)
+                return
+            if frames and not self._write(frames):
+                finished.set_result([])
+                return
+
+    def _write(self, frames: list[bytes]) -> bool:
+        """Write, and say whether the client's transport can take more."""
+        transport = self._transport
+        if transport.is_closing():
+            raise ConnectionResetError("The client's connection is closed")
+        body = b"".join(frames) if len(frames) > 1 else frames[0]
+        transport.write(b"%x\r\n%b\r\n" % (len(body), body) if self._chunked else body)
+        return transport.get_write_buffer_size() <= HIGH_WATER

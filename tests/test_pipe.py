@@ -1,0 +1,300 @@
+"""``proxy.pipe``: a stream relayed in the loop's callbacks, from a real upstream connection (a
+bare TCP server, aiohttp's response parser and reader) to a real client transport (one end of a
+socket pair; the test reads the other).
+
+The pipe rests on one thing of aiohttp's that is not its public API: its reader calls
+``set_result`` or ``set_exception`` on whatever it holds as ``_waiter`` when data, the body's
+end or a failure arrives. ``test_the_reader_still_has_its_waiter`` fails if aiohttp drops it
+(the relay then reads in its task again, and loses the pipe's saving); the others fail if the
+pipe relays anything differently from the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter
+
+import aiohttp
+import orjson
+import pytest
+from multidict import CIMultiDict
+from yarl import URL
+
+from proxy.deadline import Deadline, Deadlines
+from proxy.exchange import Exchange
+from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
+from proxy.pipe import HIGH_WATER, PIPES, Pipe, frames_for
+from proxy.sse import SSEDecoder
+from proxy.upstream import Destination, Target, UpstreamClient, UpstreamResponse, connection_pool
+
+FIXTURES = Path(__file__).parent / "fixtures" / "providers"
+STREAM = (FIXTURES / "openai.chat.stream.sse").read_bytes()
+CTX = RequestContext(endpoint="chat", model="m", created=1_700_000_000)
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+IDLE = 5.0
+
+
+def normalizer() -> StreamNormalizer:
+    return API_FAMILIES["openai"].stream(CTX)
+
+
+def expected(stream: bytes, *, at_end: bool = True) -> bytes:
+    """What the normalizer says for ``stream`` read in one piece (and then its end)."""
+    return b"".join(frames_for(normalizer(), SSEDecoder().feed(stream), at_end))
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def dechunk(body: bytes) -> bytes:
+    """A chunked body's data, checking its framing (the last chunk need not have come)."""
+    data: list[bytes] = []
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert body == b"\r\n"
+            break
+        assert body[size : size + 2] == b"\r\n"
+        data.append(body[:size])
+        body = body[size + 2 :]
+    return b"".join(data)
+
+
+class Client(asyncio.Protocol):
+    """The proxy's end of the client's connection; ``writable`` is clear while the transport
+    holds more than its high-water mark (what aiohttp's drain waits on)."""
+
+    def __init__(self) -> None:
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+
+@dataclass
+class Rig:
+    upstream: asyncio.StreamWriter  # the bare upstream's end: what it sends the proxy
+    response: UpstreamResponse
+    transport: asyncio.Transport  # the proxy's end of the client's connection
+    protocol: Client
+    client: socket.socket  # the client's end, read by the test
+    normalizer: StreamNormalizer
+    exchange: Exchange
+    deadlines: Deadlines
+
+    def pipe(
+        self, *, chunked: bool = True, idle: float = IDLE, timer: Deadline | None = None
+    ) -> Pipe:
+        """A pipe whose deadline, unless given, is the calling task's."""
+        loop = asyncio.get_running_loop()
+        return Pipe(
+            self.response.content,
+            SSEDecoder(),
+            self.normalizer,
+            self.transport,
+            chunked=chunked,
+            timer=timer or Deadline(self.deadlines),
+            idle=idle,
+            deadline=loop.time() + 60,
+            exchange=self.exchange,
+        )
+
+    async def send(self, data: bytes) -> None:
+        self.upstream.write(data)
+        await self.upstream.drain()
+
+    async def received(self, quiet: float = 0.2) -> bytes:
+        """What reached the client, until nothing more comes for ``quiet`` seconds."""
+        loop = asyncio.get_running_loop()
+        got: list[bytes] = []
+        while True:
+            try:
+                data = await asyncio.wait_for(loop.sock_recv(self.client, 1 << 20), quiet)
+            except TimeoutError:
+                return b"".join(got)
+            if not data:
+                return b"".join(got)
+            got.append(data)
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    loop = asyncio.get_running_loop()
+    upstream: asyncio.Future[asyncio.StreamWriter] = loop.create_future()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        writer.write(HEAD)
+        await writer.drain()
+        upstream.set_result(writer)
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connector = connection_pool()
+    destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
+    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
+    response = await UpstreamClient(connector).send(destination, target, b"{}", stream=True)
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    transport, protocol = await loop.connect_accepted_socket(Client, ours)
+    deadlines = Deadlines(loop)
+    rig = Rig(
+        await upstream,
+        response,
+        transport,
+        protocol,
+        theirs,
+        normalizer(),
+        Exchange(request_id="t", endpoint="chat", started=perf_counter()),
+        deadlines,
+    )
+    try:
+        yield rig
+    finally:
+        deadlines.close()
+        response.close()
+        transport.close()
+        theirs.close()
+        rig.upstream.close()
+        server.close()
+        await server.wait_closed()
+        await connector.close()
+
+
+def test_the_reader_still_has_its_waiter() -> None:
+    assert PIPES
+
+
+@pytest.mark.parametrize("size", [1, 7, 300, len(STREAM)])
+@pytest.mark.parametrize("chunked", [True, False], ids=["HTTP/1.1", "HTTP/1.0"])
+async def test_a_stream_split_anywhere_is_relayed_as_one_read_of_it_would_be(
+    rig: Rig, size: int, chunked: bool
+) -> None:
+    """Every read's frames go to the client as they come; ``flow`` returns the last ones, which
+    end the response, once the normalizer has said them."""
+    pipe = rig.pipe(chunked=chunked)
+    flowing = asyncio.ensure_future(pipe.flow())
+    for start in range(0, len(STREAM), size):
+        await rig.send(chunk(STREAM[start : start + size]))
+        if start < 2 * size:
+            await asyncio.sleep(0.01)  # the first reads come one by one, with the pipe waiting
+    last = await asyncio.wait_for(flowing, 10)
+    sent = await rig.received()
+    relayed = (dechunk(sent) if chunked else sent) + b"".join(last)
+    assert relayed == expected(STREAM)
+    assert last[-1] == b"data: [DONE]\n\n"
+    assert rig.normalizer.ended and rig.normalizer.error is None
+    # [DONE] came before the body's end: the relay reads on to reuse the connection.
+    assert pipe.data
+    assert 0 < rig.exchange.upstream_wait < 60
+
+
+async def test_a_body_s_end_without_done_finishes_the_stream(rig: Rig) -> None:
+    events = STREAM.split(b"data: [DONE]")[0]
+    pipe = rig.pipe()
+    await rig.send(chunk(events) + b"0\r\n\r\n")
+    last = await asyncio.wait_for(pipe.flow(), 10)
+    assert dechunk(await rig.received()) + b"".join(last) == expected(events)
+    assert pipe.data == b""  # the body ended: its connection is back in the pool
+
+
+async def test_an_upstream_that_breaks_mid_stream_ends_it_with_one_error_event(rig: Rig) -> None:
+    first_event = STREAM.split(b"\n\n")[0] + b"\n\n"
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    await rig.send(chunk(first_event) + b"20\r\ndata: {")  # then it hangs up mid-chunk
+    rig.upstream.close()
+    last = await asyncio.wait_for(flowing, 10)
+    assert dechunk(await rig.received()) == expected(first_event, at_end=False)
+    assert len(last) == 1 and orjson.loads(last[0].removeprefix(b"data: "))["error"]
+    assert rig.normalizer.error is not None and rig.normalizer.error.error_type == "upstream_error"
+
+
+async def test_a_client_that_stops_reading_is_waited_for_not_written_to(rig: Rig) -> None:
+    """Past the high-water mark the pipe hands the wait to the task and reads no more: the
+    upstream's bytes wait in aiohttp's reader, which stops reading the socket at its limit."""
+    one_event = STREAM.split(b"\n\n")[1] + b"\n\n"
+    many = one_event * (4 * HIGH_WATER // len(one_event))
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    sender = asyncio.ensure_future(rig.send(chunk(many) * 16 + chunk(STREAM)))
+    assert await asyncio.wait_for(flowing, 10) == []  # the client's transport is full
+    assert rig.transport.get_write_buffer_size() > HIGH_WATER
+    assert not rig.normalizer.ended
+    # The client reads everything while the task keeps flowing: nothing is lost or reordered.
+    reading = asyncio.ensure_future(rig.received(quiet=1.0))
+    while not (last := await asyncio.wait_for(pipe.flow(), 10)):
+        await rig.protocol.writable.wait()
+    await sender
+    assert dechunk(await reading) + b"".join(last) == expected(many * 16 + STREAM)
+
+
+async def test_a_client_gone_is_a_connection_reset(rig: Rig) -> None:
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    await rig.send(chunk(STREAM.split(b"\n\n")[0] + b"\n\n"))
+    await rig.received()
+    rig.transport.close()
+    await rig.send(chunk(STREAM.split(b"\n\n")[1] + b"\n\n"))
+    with pytest.raises(ConnectionResetError):
+        await asyncio.wait_for(flowing, 5)
+
+
+async def test_a_flow_cancelled_leaves_the_reader_as_it_found_it(rig: Rig) -> None:
+    """The client left, or the deadline expired: what arrives afterwards stays in the reader."""
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    await asyncio.sleep(0.05)
+    flowing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flowing
+
+    async def read_again() -> bytes:  # as a task may: the reader waits for data of its own
+        read = b""
+        while len(read) < len(STREAM):
+            read += await rig.response.content.readany()
+        return read
+
+    reading = asyncio.ensure_future(read_again())
+    await asyncio.sleep(0.05)
+    await rig.send(chunk(STREAM))
+    assert await asyncio.wait_for(reading, 5) == STREAM
+    assert await rig.received() == b""
+
+
+async def test_each_read_moves_the_deadline_to_the_idle_limit(rig: Rig) -> None:
+    """An upstream that goes quiet mid-stream meets the idle timeout: the deadline cancels the
+    task waiting on ``flow``, as it does a task waiting on a read."""
+    loop = asyncio.get_running_loop()
+    idle = 0.3
+
+    async def relay() -> float:
+        timer = Deadline(rig.deadlines)
+        timer.move(loop.time() + idle)
+        try:
+            await rig.pipe(idle=idle, timer=timer).flow()
+        except asyncio.CancelledError:
+            assert timer.expired()
+            return loop.time()
+        raise AssertionError("the stream ended")
+
+    relaying = asyncio.ensure_future(relay())
+    for event in STREAM.split(b"\n\n")[:5]:  # for longer than the idle limit, each within it
+        await asyncio.sleep(idle / 3)
+        await rig.send(chunk(event + b"\n\n"))
+    quiet_from = loop.time()
+    expired_at = await asyncio.wait_for(relaying, 5)
+    assert expired_at - quiet_from >= idle * 0.8  # a tick (10 ms) and the loop's clock aside
+    assert not rig.normalizer.ended
