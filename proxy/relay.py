@@ -282,11 +282,11 @@ async def _pump(
         if not timer.expired():
             raise  # cancelled from outside: the client left (handler cancellation)
         if waiting == "client":
-            exchange.client_disconnected = True  # it stopped reading: nothing more can reach it
+            _let_go(opening.request, exchange)  # it stopped reading: nothing more can reach it
         elif waiting == "reuse":
             pass  # the answer is complete; the upstream connection is closed, not reused
         else:
-            await _upstream_timed_out(answer, normalizer, exchange, response)
+            await _upstream_timed_out(answer, normalizer, exchange, opening.request, response)
     except ConnectionResetError:
         exchange.client_disconnected = True  # the client went away
     finally:
@@ -328,6 +328,7 @@ async def _upstream_timed_out(
     answer: Answer,
     normalizer: StreamNormalizer,
     exchange: Exchange,
+    request: web.BaseRequest,
     response: web.StreamResponse | None,
 ) -> None:
     """The upstream went quiet for longer than allowed: one error event, if anything was sent."""
@@ -350,8 +351,20 @@ async def _upstream_timed_out(
         async with asyncio.timeout(timeouts.idle):
             await response.write(frames[0])
             await response.write_eof()
-    except (ConnectionResetError, TimeoutError):
+    except ConnectionResetError:
         exchange.client_disconnected = True
+    except TimeoutError:
+        _let_go(request, exchange)
+
+
+def _let_go(request: web.BaseRequest, exchange: Exchange) -> None:
+    """Hang up on a client that stopped taking what was written. Not only to free the
+    connection: aiohttp ends the body once the handler returns, and the client would then take
+    its cut stream for a complete one; a connection that breaks off tells it the truth."""
+    exchange.client_disconnected = True
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
 
 
 def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +117,22 @@ async def _huge(writer: asyncio.StreamWriter) -> None:
         pass  # the proxy hung up once it had read its limit
 
 
+async def _flood(writer: asyncio.StreamWriter) -> None:
+    """An event stream sent as fast as the proxy takes it, until it hangs up."""
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    events = STREAM.split(b"\n\n")
+    piece = events[1] + b"\n\n"
+    try:
+        writer.write(b"%x\r\n%s\r\n" % (len(events[0]) + 2, events[0] + b"\n\n"))
+        while True:
+            writer.write(b"%x\r\n%s\r\n" % (len(piece) * 64, piece * 64))
+            await writer.drain()
+    except ConnectionError:
+        pass  # the proxy hung up
+
+
 @dataclass
 class Received:
     head: bytes
@@ -151,6 +169,9 @@ class WireUpstream:
                 scenario = head.split(b" ")[1].split(b"/")[1].decode()
                 if scenario == "huge":
                     await _huge(writer)
+                    return
+                if scenario == "flood":
+                    await _flood(writer)
                     return
                 answer, close = ANSWERS[scenario]
                 writer.write(answer)
@@ -420,3 +441,36 @@ async def test_an_answer_over_the_size_limit_is_a_502(servers: Servers, wire: Wi
     body = orjson.loads(raw)
     validate(body, "ErrorResponse")
     assert "larger than 67108864 bytes" in body["error"]["message"]
+
+
+async def test_a_client_that_stops_reading_a_stream_is_let_go(
+    servers: Servers, wire: WireUpstream
+) -> None:
+    """It is given the idle timeout to take what was written, then the proxy hangs up on it and
+    on the upstream, holding neither: the stream's bytes wait in neither process meanwhile."""
+    url = proxy_for(servers, wire, "flood", timeouts={"idle": 0.5, "total": 60})
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    body = orjson.dumps({"model": "flood", "messages": CHAT, "stream": True})
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+    def stop_reading() -> tuple[bytes, float]:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(request)
+            first = sock.recv(4096)
+            time.sleep(3)  # six idle timeouts
+            sock.settimeout(10)
+            started = time.monotonic()
+            rest = b""
+            while data := sock.recv(1 << 20):
+                rest += data
+            return first + rest, time.monotonic() - started
+
+    received, waited = await asyncio.to_thread(stop_reading)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert not received.endswith(b"0\r\n\r\n")  # cut off, not ended
+    assert waited < 5  # what the kernel held, then the end of the connection
