@@ -236,15 +236,19 @@ async def _pump(
             else:
                 try:
                     data = await read()
-                    events = decoder.feed(data) if data else decoder.close()
                 except TRANSPORT_ERRORS as exc:
+                    exchange.upstream_wait += perf_counter() - started
                     frames = normalizer.fail(upstream_error_for(exc, "stream"))
-                except UpstreamError as exc:  # an event over the size bound
-                    frames = normalizer.fail(exc)
                 else:
-                    frames = frames_for(normalizer, events, not data)
+                    # The wait ends with the read: decoding and normalizing are our own time.
+                    exchange.upstream_wait += perf_counter() - started
+                    try:
+                        events = decoder.feed(data) if data else decoder.close()
+                    except UpstreamError as exc:  # an event over the size bound
+                        frames = normalizer.fail(exc)
+                    else:
+                        frames = frames_for(normalizer, events, not data)
                 now = perf_counter()
-                exchange.upstream_wait += now - started
             wait = timeouts.idle
             if not frames:
                 continue

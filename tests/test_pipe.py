@@ -298,3 +298,19 @@ async def test_each_read_moves_the_deadline_to_the_idle_limit(rig: Rig) -> None:
     expired_at = await asyncio.wait_for(relaying, 5)
     assert expired_at - quiet_from >= idle * 0.8  # a tick (10 ms) and the loop's clock aside
     assert not rig.normalizer.ended
+
+
+async def test_the_waits_for_the_upstream_are_metered(rig: Rig) -> None:
+    """``Exchange.upstream_wait`` is the time the pipe waited for reads: the rest of the
+    stream's duration, less the client's waits, is the proxy's overhead."""
+    gap = 0.05
+    events = [event + b"\n\n" for event in STREAM.split(b"\n\n") if event]
+    started = perf_counter()
+    flowing = asyncio.ensure_future(rig.pipe().flow())
+    for event in events[:5]:
+        await asyncio.sleep(gap)
+        await rig.send(chunk(event))
+    await rig.send(chunk(b"".join(events[5:])))
+    await asyncio.wait_for(flowing, 10)
+    elapsed = perf_counter() - started
+    assert 5 * gap * 0.9 <= rig.exchange.upstream_wait <= elapsed
