@@ -89,6 +89,22 @@ def parse_frames(body: bytes) -> list[Any]:
     return payloads
 
 
+def dechunk(body: bytes) -> bytes:
+    """The data of an HTTP/1.1 chunked body, its framing checked; the last (empty) chunk, if
+    it came, must end it."""
+    data: list[bytes] = []
+    while body:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert body == b"\r\n", body[:100]
+            break
+        assert body[size : size + 2] == b"\r\n", body[:100]
+        data.append(body[:size])
+        body = body[size + 2 :]
+    return b"".join(data)
+
+
 def _joined(parts: list[str]) -> str | None:
     text = "".join(parts)
     return text or None

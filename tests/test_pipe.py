@@ -30,6 +30,7 @@ from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
 from proxy.pipe import PIPES, Pipe, frames_for
 from proxy.sse import SSEDecoder
 from proxy.upstream import Destination, Target, UpstreamClient, UpstreamResponse, connection_pool
+from tests.replay import dechunk
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 STREAM = (FIXTURES / "openai.chat.stream.sse").read_bytes()
@@ -49,21 +50,6 @@ def expected(stream: bytes, *, at_end: bool = True) -> bytes:
 
 def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-def dechunk(body: bytes) -> bytes:
-    """A chunked body's data, checking its framing (the last chunk need not have come)."""
-    data: list[bytes] = []
-    while body:
-        size_line, _, body = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            assert body == b"\r\n"
-            break
-        assert body[size : size + 2] == b"\r\n"
-        data.append(body[:size])
-        body = body[size + 2 :]
-    return b"".join(data)
 
 
 class Client(asyncio.Protocol):

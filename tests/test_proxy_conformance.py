@@ -19,7 +19,15 @@ import pytest
 
 from tests.conftest import golden_models
 from tests.harness import TEAM_KEY, running_servers
-from tests.replay import FIXTURES, Golden, check_stream, check_whole, goldens, parse_frames
+from tests.replay import (
+    FIXTURES,
+    Golden,
+    check_stream,
+    check_whole,
+    dechunk,
+    goldens,
+    parse_frames,
+)
 
 PROXIED = [g for g in goldens() if g.name != "sse-quirks.tcp-splits.json"]
 STREAMS = [g for g in PROXIED if g.stream and g.data["outcome"] == "ok"]
@@ -181,19 +189,6 @@ def paced_url() -> Iterator[str]:
         yield url
 
 
-def dechunk(body: bytes) -> bytes:
-    data: list[bytes] = []
-    while True:
-        size_line, _, body = body.partition(b"\r\n")
-        size = int(size_line, 16)
-        if size == 0:
-            assert body == b"\r\n", body[:100]
-            return b"".join(data)
-        assert body[size : size + 2] == b"\r\n", body[:100]
-        data.append(body[:size])
-        body = body[size + 2 :]
-
-
 @pytest.mark.parametrize("version", ["1.1", "1.0"])
 @pytest.mark.parametrize("golden", [g for g in PROXIED if g.stream], ids=_ids)
 async def test_fixture_streamed_event_by_event(
@@ -219,6 +214,7 @@ async def test_fixture_streamed_event_by_event(
     assert head.startswith(f"HTTP/{version} 200 OK\r\n".encode()), head
     if version == "1.1":
         assert b"\r\nTransfer-Encoding: chunked\r\n" in head
+        assert content.endswith(b"\r\n0\r\n\r\n")  # the body's end, in its last chunk
         content = dechunk(content)
     else:
         assert b"Transfer-Encoding" not in head
