@@ -31,7 +31,14 @@ from proxy.errors import (
 )
 from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
-from proxy.relay import Answer, relay_stream, relay_whole, whole_arrived
+from proxy.relay import (
+    SENT_AT_ONCE,
+    Answer,
+    relay_stream,
+    relay_whole,
+    send_large,
+    whole_arrived,
+)
 from proxy.request import ClientRequest, parse_request, upstream_body
 from proxy.state import Runtime, State
 
@@ -129,6 +136,11 @@ async def handle_completion(
             raise
         # A stream that broke after its first byte is the deployment's failure all the same.
         _circuit(state, model, deployment, plan.report(loop.time(), exchange.failure))
+        if isinstance(response, web.Response):
+            body = response.body
+            if isinstance(body, bytes) and len(body) > SENT_AT_ONCE:
+                response.headers["X-Request-Id"] = exchange.request_id
+                await send_large(request, response, exchange, provider.timeouts.idle)
         return response
     if last_error is not None:
         raise last_error

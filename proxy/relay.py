@@ -12,6 +12,10 @@ upstream request at once (aiohttp cancels the handler, and every path closes the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import struct
+import termios
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter
@@ -89,6 +93,78 @@ async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
         return await _stream_as_whole(answer, exchange)
     raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
     return _normalized(raw, answer.family, answer.ctx, exchange)
+
+
+# The ioctl that tells how much a socket's send queue holds (Linux's SIOCOUTQ), if there is one.
+_OUTQ: Final = getattr(termios, "TIOCOUTQ", None)
+# A whole answer up to this size goes into the client's transport in one write and never waits
+# for the client: uvloop's and asyncio's high-water mark, past which a transport asks to wait.
+SENT_AT_ONCE: Final = 64 * 1024
+
+
+async def send_large(
+    request: web.BaseRequest, response: web.Response, exchange: Exchange, idle: float
+) -> None:
+    """Send a whole answer larger than ``SENT_AT_ONCE`` here, within bounds, rather than leave
+    it to aiohttp once the handler has returned: aiohttp waits for the client to take it with no
+    limit, so a client that never reads would hold the connection and the answer for good."""
+
+    async def send() -> None:
+        await response.prepare(request)
+        await response.write_eof()
+
+    await _taken(request, exchange, idle, send())
+
+
+async def _taken(
+    request: web.BaseRequest, exchange: Exchange, idle: float, write: Awaitable[None]
+) -> None:
+    """Await ``write`` (of more than the client's transport takes at once) for as long as the
+    client keeps taking what was written; one that takes nothing of it for ``idle`` seconds is
+    hung up on (``_let_go``), as one that stops reading a stream is."""
+    transport = request.transport
+    waited = perf_counter()
+    sending = asyncio.ensure_future(write)
+    try:
+        await asyncio.sleep(0)  # its first step puts everything into the transport
+        held = _unsent(transport)
+        while not sending.done():
+            await asyncio.wait((sending,), timeout=idle)
+            if sending.done():
+                break
+            left = _unsent(transport)
+            if left >= held:
+                _let_go(request, exchange)  # nothing taken for ``idle`` seconds
+                return
+            held = left
+        sending.result()
+    except ConnectionResetError:
+        exchange.client_disconnected = True
+    finally:
+        exchange.client_wait += perf_counter() - waited
+        if not sending.done():
+            sending.cancel()
+        # Its end (cancelled, or the connection gone) is told above or not worth telling.
+        sending.add_done_callback(_retrieved)
+
+
+def _unsent(transport: asyncio.Transport | None) -> int:
+    """The bytes written to a client that it has not taken yet: those in the transport and, on
+    Linux, those in the socket's send queue, which it holds for a client that reads slowly (a
+    transport's own buffer may stay as it is for a while when the client reads, but slowly)."""
+    if transport is None:
+        return 0
+    unsent = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if sock is not None and _OUTQ is not None:
+        with contextlib.suppress(OSError):  # not a socket it can ask this of
+            unsent += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
+    return unsent
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _normalized(
@@ -418,8 +494,10 @@ async def _whole_as_stream(
     response = opening.response()
     try:
         await opening.open(response)
-        # Headers, every frame and the body's end: one write.
-        await response.write_eof(b"".join(frames_from_response(whole.body, answer.ctx)))
     except ConnectionResetError:
         exchange.client_disconnected = True
+        return response
+    # Headers, every frame and the body's end: one write, taken within bounds.
+    body = b"".join(frames_from_response(whole.body, answer.ctx))
+    await _taken(opening.request, exchange, answer.timeouts.idle, response.write_eof(body))
     return response

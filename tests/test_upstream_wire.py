@@ -9,6 +9,7 @@ all.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import socket
 import time
@@ -97,6 +98,15 @@ ANSWERS: dict[str, tuple[bytes, bool]] = {
 }
 
 
+@functools.cache
+def _large_answer(mib: int) -> bytes:
+    """OpenAI's recorded answer with ``mib`` MiB of text."""
+    answer = orjson.loads(ANSWER)
+    answer["choices"][0]["message"]["content"] = "x" * (mib << 20)
+    body = orjson.dumps(answer)
+    return _ok(f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n", body)
+
+
 # More than the proxy takes for a whole answer (proxy.relay.RESPONSE_LIMIT, 64 MiB).
 HUGE_MIB = 65
 
@@ -173,6 +183,10 @@ class WireUpstream:
                 if scenario == "flood":
                     await _flood(writer)
                     return
+                if scenario == "large":
+                    writer.write(_large_answer(16))
+                    await writer.drain()
+                    continue
                 answer, close = ANSWERS[scenario]
                 writer.write(answer)
                 await writer.drain()
@@ -474,3 +488,79 @@ async def test_a_client_that_stops_reading_a_stream_is_let_go(
     assert received.startswith(b"HTTP/1.1 200 OK\r\n")
     assert not received.endswith(b"0\r\n\r\n")  # cut off, not ended
     assert waited < 5  # what the kernel held, then the end of the connection
+
+
+def _take_answer(
+    port: int,
+    request: bytes,
+    *,
+    pause: float,
+    rcvbuf: int | None = None,
+    rate: int = 0,
+    slow_for: float = 0.0,
+) -> tuple[bytes, float]:
+    """Send ``request``, read the answer's first bytes, wait ``pause``, then read until the
+    connection ends: for ``slow_for`` seconds only ``rate`` bytes per 50 ms, then as fast as it
+    comes. What came, and the seconds after the pause."""
+    with socket.socket() as sock:
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(request)
+        received = sock.recv(4096)
+        time.sleep(pause)
+        sock.settimeout(10)
+        started = time.monotonic()
+        while time.monotonic() - started < slow_for:
+            received += sock.recv(rate)
+            time.sleep(0.05)
+        while data := sock.recv(1 << 20):
+            received += data
+        return received, time.monotonic() - started
+
+
+def _whole_request(model: str, *, stream: bool = False) -> bytes:
+    body = orjson.dumps({"model": model, "messages": CHAT, "stream": stream})
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_client_that_stops_reading_a_large_answer_is_let_go(
+    servers: Servers, wire: WireUpstream, stream: bool
+) -> None:
+    """A whole answer larger than the client's transport takes at once, sent as it is or as a
+    stream (asked for one, the upstream answered whole): a client that takes nothing of it for
+    the idle timeout is hung up on, and holds neither the connection nor the answer's 16 MiB in
+    the proxy (aiohttp would have waited for it for good)."""
+    url = proxy_for(servers, wire, "large", timeouts={"idle": 0.5, "total": 60})
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    stops = functools.partial(_take_answer, pause=3.0, rcvbuf=4096)
+    received, waited = await asyncio.to_thread(stops, port, _whole_request("large", stream=stream))
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    if stream:
+        assert not body.endswith(b"0\r\n\r\n")  # cut off, not ended
+    else:
+        assert len(body) < int(headers_of(head)["content-length"])
+    assert waited < 5  # what the kernel held, then the end of the connection
+
+
+async def test_a_client_that_reads_a_large_answer_slowly_gets_all_of_it(
+    servers: Servers, wire: WireUpstream
+) -> None:
+    """Taking longer than the idle timeout in all is no fault, as long as it keeps taking."""
+    url = proxy_for(servers, wire, "large", timeouts={"idle": 0.5, "total": 60})
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    # Slowly enough that what it takes leaves the socket's send queue, not the transport.
+    slowly = functools.partial(_take_answer, pause=0.0, rcvbuf=4096, rate=4096, slow_for=2.0)
+    received, waited = await asyncio.to_thread(slowly, port, _whole_request("large"))
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert len(body) == int(headers_of(head)["content-length"])
+    assert waited > 2.0
+    answer = orjson.loads(body)
+    validate(answer, "CreateChatCompletionResponse")
+    assert len(answer["choices"][0]["message"]["content"]) == 16 << 20
