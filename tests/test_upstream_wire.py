@@ -457,39 +457,6 @@ async def test_an_answer_over_the_size_limit_is_a_502(servers: Servers, wire: Wi
     assert "larger than 67108864 bytes" in body["error"]["message"]
 
 
-async def test_a_client_that_stops_reading_a_stream_is_let_go(
-    servers: Servers, wire: WireUpstream
-) -> None:
-    """It is given the idle timeout to take what was written, then the proxy hangs up on it and
-    on the upstream, holding neither: the stream's bytes wait in neither process meanwhile."""
-    url = proxy_for(servers, wire, "flood", timeouts={"idle": 0.5, "total": 60})
-    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
-    body = orjson.dumps({"model": "flood", "messages": CHAT, "stream": True})
-    request = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-    def stop_reading() -> tuple[bytes, float]:
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect(("127.0.0.1", port))
-            sock.sendall(request)
-            first = sock.recv(4096)
-            time.sleep(3)  # six idle timeouts
-            sock.settimeout(10)
-            started = time.monotonic()
-            rest = b""
-            while data := sock.recv(1 << 20):
-                rest += data
-            return first + rest, time.monotonic() - started
-
-    received, waited = await asyncio.to_thread(stop_reading)
-    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
-    assert not received.endswith(b"0\r\n\r\n")  # cut off, not ended
-    assert waited < 5  # what the kernel held, then the end of the connection
-
-
 def _take_answer(
     port: int,
     request: bytes,
@@ -519,13 +486,27 @@ def _take_answer(
         return received, time.monotonic() - started
 
 
-def _whole_request(model: str, *, stream: bool = False) -> bytes:
+def _request(model: str, *, stream: bool = False) -> bytes:
     body = orjson.dumps({"model": model, "messages": CHAT, "stream": stream})
     return (
         f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TEAM_KEY}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
     ).encode() + body
+
+
+async def test_a_client_that_stops_reading_a_stream_is_let_go(
+    servers: Servers, wire: WireUpstream
+) -> None:
+    """It is given the idle timeout to take what was written, then the proxy hangs up on it and
+    on the upstream, holding neither: the stream's bytes wait in neither process meanwhile."""
+    url = proxy_for(servers, wire, "flood", timeouts={"idle": 0.5, "total": 60})
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    stops = functools.partial(_take_answer, pause=3.0, rcvbuf=4096)  # six idle timeouts
+    received, waited = await asyncio.to_thread(stops, port, _request("flood", stream=True))
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert not received.endswith(b"0\r\n\r\n")  # cut off, not ended
+    assert waited < 5  # what the kernel held, then the end of the connection
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -539,7 +520,7 @@ async def test_a_client_that_stops_reading_a_large_answer_is_let_go(
     url = proxy_for(servers, wire, "large", timeouts={"idle": 0.5, "total": 60})
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
     stops = functools.partial(_take_answer, pause=3.0, rcvbuf=4096)
-    received, waited = await asyncio.to_thread(stops, port, _whole_request("large", stream=stream))
+    received, waited = await asyncio.to_thread(stops, port, _request("large", stream=stream))
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
     if stream:
@@ -557,7 +538,7 @@ async def test_a_client_that_reads_a_large_answer_slowly_gets_all_of_it(
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
     # Slowly enough that what it takes leaves the socket's send queue, not the transport.
     slowly = functools.partial(_take_answer, pause=0.0, rcvbuf=4096, rate=4096, slow_for=2.0)
-    received, waited = await asyncio.to_thread(slowly, port, _whole_request("large"))
+    received, waited = await asyncio.to_thread(slowly, port, _request("large"))
     head, _, body = received.partition(b"\r\n\r\n")
     assert len(body) == int(headers_of(head)["content-length"])
     assert waited > 2.0
