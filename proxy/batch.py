@@ -21,22 +21,28 @@ REPORT_DELAY: Final = 0.005
 
 
 class Batch:
-    __slots__ = ("_delay", "_flush", "_handle")
+    __slots__ = ("_delay", "_flush", "_handle", "_loop")
 
     def __init__(self, flush: Callable[[], None], delay: float = 0.0) -> None:
         self._flush = flush
         self._delay = delay
         self._handle: asyncio.Handle | None = None
+        # The loop of the last touch: asking for the running one on every touch is a getpid()
+        # system call on Python 3.11 (proxy.deadline.Deadlines says more). One that stopped
+        # running (a test's, gone) is asked for again. Touched from its loop's thread only.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def touch(self) -> None:
         """Something was added: flush it with the rest of this turn's (or this delay's)."""
         if self._handle is not None:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._flush()
-            return
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            try:
+                loop = self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._flush()
+                return
         if self._delay:
             self._handle = loop.call_later(self._delay, self._run)
         else:

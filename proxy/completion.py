@@ -104,7 +104,8 @@ async def handle_completion(
     model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name
 
-    loop = asyncio.get_running_loop()
+    assert state.deadlines is not None  # from the gateway's start to its close
+    loop = state.deadlines.loop  # not asyncio.get_running_loop() (see Deadlines.loop)
     breakers = runtime.breakers[model.name]
     plan = AttemptPlan(model, breakers, config.routing.policy, runtime.rng.random)
     last_error: ProxyError | None = None
@@ -195,7 +196,7 @@ async def _attempt(
     body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     timeouts = provider.timeouts
     assert state.client is not None and state.deadlines is not None
-    loop = asyncio.get_running_loop()
+    loop = state.deadlines.loop
     started = loop.time()  # the deadlines' clock (the loop's); waits are measured on perf_counter
     waited = perf_counter()
     deadline = started + timeouts.total

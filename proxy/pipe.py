@@ -95,7 +95,7 @@ class Pipe:
         deadline: float,
         exchange: Exchange,
     ) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = timer.loop
         self._content = content
         self._decoder = decoder
         self._normalizer = normalizer

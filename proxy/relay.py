@@ -279,7 +279,7 @@ async def _read_to_end(response: UpstreamResponse) -> None:
 async def _pump(
     answer: Answer, normalizer: StreamNormalizer, exchange: Exchange, opening: _Opening
 ) -> web.StreamResponse:
-    loop = asyncio.get_running_loop()
+    loop = answer.timer.loop
     decoder = SSEDecoder()
     response: web.StreamResponse | None = None
     # Once the response has started, the rest is relayed in the loop's callbacks (proxy.pipe).

@@ -52,6 +52,24 @@ def test_without_a_loop_touch_flushes_at_once() -> None:
     assert flushes == [1]
 
 
+def test_a_batch_outlives_the_loop_it_last_ran_on() -> None:
+    """It keeps the loop of its last touch (asking for the running one costs a system call on
+    Python 3.11): once that loop has stopped, it uses the next one, or flushes at once."""
+    flushes: list[str] = []
+    batch = Batch(lambda: flushes.append("flushed"))
+
+    async def touch_then_turn(name: str) -> None:
+        batch.touch()
+        flushes.append(name)  # held until the turn ends
+        await asyncio.sleep(0)
+
+    for name in ("first loop", "second loop"):
+        with asyncio.Runner() as runner:
+            runner.run(touch_then_turn(name))
+        batch.touch()  # no loop running: at once
+    assert flushes == ["first loop", "flushed", "flushed", "second loop", "flushed", "flushed"]
+
+
 def _exchange(i: int) -> Exchange:
     exchange = Exchange(f"req-{i}", "chat", 1.0, team="alpha", model="llama", provider="emu")
     exchange.status = 200
