@@ -26,6 +26,10 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _ms(value: object) -> str:
+    return _num(value, 2) if isinstance(value, float) else "-"
+
+
 def _errors(outcome: Outcome) -> str:
     if outcome.failed:
         return "FAILED: " + outcome.failed
@@ -65,6 +69,33 @@ def profile_table(name: str, rows: dict[str, Row]) -> list[str]:
         errors = _errors(row.outcome)
         if errors != "none":
             lines.append(f"  {gateway} errors: {errors}")
+    if slow:
+        lines += _burst_lines(rows)
+    return lines
+
+
+def _burst_lines(rows: dict[str, Row]) -> list[str]:
+    """Where the slow streams' TTFT tail is: bursts of streams opened together (bench/streams.py
+    says why they happen)."""
+    lines = []
+    for gateway, row in rows.items():
+        extra = row.outcome.extra
+        share, alone, burst, slowest = (
+            extra.get(key)
+            for key in (
+                "burst_share",
+                "ttft_p99_alone_ms",
+                "ttft_p99_burst_ms",
+                "slowest_in_bursts",
+            )
+        )
+        if not isinstance(share, float) or not isinstance(slowest, float):
+            continue
+        lines.append(
+            f"  {gateway}: {share:.0%} of streams opened in bursts (10 or more within 1 ms);"
+            f" TTFT p99 {_ms(alone)} ms alone, {_ms(burst)} ms in bursts; the slowest 1 %:"
+            f" {slowest:.0%} in bursts"
+        )
     return lines
 
 

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 @dataclass(slots=True)
 class Stream:
+    start: float = 0.0  # perf_counter when it was opened
     status: int = 0
     ttft: float | None = None
     duration: float | None = None
@@ -194,9 +195,9 @@ class Connection(asyncio.Protocol):
 async def read_stream(
     held: list[Connection | None], host: str, port: int, request: bytes, seconds: float
 ) -> Stream:
-    result = Stream()
     loop = asyncio.get_running_loop()
     start = time.perf_counter()
+    result = Stream(start)
     connection = held[0]
     try:
         async with asyncio.timeout(seconds):
@@ -234,6 +235,40 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def _ms(value: float | None) -> float | None:
     return None if value is None else round(value * 1e3, 3)
+
+
+# Streams opened within this long of the first of them, and at least this many, are a burst.
+BURST_WINDOW = 0.001
+BURST_SIZE = 10
+
+
+def bursts(results: list[Stream]) -> dict[str, float | None]:
+    """How many streams opened in bursts, and their TTFT against the others'.
+
+    Each slot opens its next stream as soon as the last one ends, and streams that end together
+    open their successors together: nginx's echo_sleep times every event from the same cached
+    clock, so streams fall into step, dozens at a time. Through a gateway each burst is that
+    many requests and first events handled one after another; its tail is the last of them.
+    """
+    timed = sorted((r.start, r.ttft) for r in results if r.ttft is not None)
+    ttfts: list[tuple[float, bool]] = []  # each stream's TTFT, and whether it was in a burst
+    i = 0
+    while i < len(timed):
+        j = i
+        while j < len(timed) and timed[j][0] - timed[i][0] < BURST_WINDOW:
+            j += 1
+        ttfts += ((ttft, j - i >= BURST_SIZE) for _, ttft in timed[i:j])
+        i = j
+    alone = [ttft for ttft, burst in ttfts if not burst]
+    together = [ttft for ttft, burst in ttfts if burst]
+    slowest = sorted(ttfts)[-max(1, len(ttfts) // 100) :] if ttfts else []
+    in_bursts = sum(burst for _, burst in slowest)
+    return {
+        "burst_share": round(len(together) / len(timed), 3) if timed else None,
+        "ttft_p99_alone_ms": _ms(percentile(alone, 99)),
+        "ttft_p99_burst_ms": _ms(percentile(together, 99)),
+        "slowest_in_bursts": round(in_bursts / len(slowest), 3) if slowest else None,
+    }
 
 
 async def slot(
@@ -300,6 +335,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "ttft_max_ms": _ms(max(ttfts, default=None)),
         "duration_p50_ms": _ms(percentile(durations, 50)),
         "duration_p99_ms": _ms(percentile(durations, 99)),
+        **bursts(results),
     }
 
 
