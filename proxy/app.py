@@ -33,6 +33,7 @@ from proxy.errors import (
     to_openai_error,
 )
 from proxy.exchange import Exchange
+from proxy.pipe import Relays
 from proxy.state import Observer, Runtime, State
 from proxy.upstream import UpstreamClient, connection_pool
 
@@ -116,7 +117,9 @@ class Gateway:
         # request.
         self._connector = connection_pool()
         self.state.client = UpstreamClient(self._connector)
-        self.state.deadlines = Deadlines(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self.state.deadlines = Deadlines(loop)
+        self.state.relays = Relays(loop)
         self.state.ready = True
 
     async def close(self) -> None:

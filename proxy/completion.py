@@ -220,7 +220,8 @@ async def _attempt(
             whole = whole_arrived(response, family, ctx, exchange)
             if whole is not None:
                 return whole
-        answer = Answer(response, family, ctx, timeouts, deadline, timer)
+        assert state.relays is not None
+        answer = Answer(response, family, ctx, timeouts, deadline, timer, state.relays)
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id}
             return await relay_stream(request, answer, exchange, headers, state.observers)

@@ -30,7 +30,7 @@ from proxy.errors import ProxyError, UpstreamError, UpstreamProtocolError, Upstr
 from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
-from proxy.pipe import PIPES, Pipe, frames_for
+from proxy.pipe import PIPES, Pipe, Relays, frames_for
 from proxy.sse import SSEDecoder
 from proxy.state import Observer
 from proxy.upstream import (
@@ -65,6 +65,7 @@ class Answer:
     timeouts: Timeouts
     deadline: float  # loop time by which the whole exchange must be over
     timer: Deadline  # the attempt's, moved to each wait's limit and closed when relayed
+    relays: Relays  # the loop's (proxy.pipe)
 
     @property
     def is_event_stream(self) -> bool:
@@ -401,6 +402,7 @@ def _pipe(
         idle=answer.timeouts.idle,
         deadline=answer.deadline,
         exchange=exchange,
+        relays=answer.relays,
     )
 
 

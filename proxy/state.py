@@ -18,6 +18,7 @@ from proxy.circuit import CircuitBreaker
 from proxy.config import Config, Deployment, Model, Routing
 from proxy.deadline import Deadlines
 from proxy.exchange import Exchange
+from proxy.pipe import Relays
 from proxy.routing import ModelTable
 from proxy.upstream import Target, UpstreamClient, target_for
 
@@ -114,4 +115,5 @@ class State:
     observers: Sequence[Observer] = ()
     client: UpstreamClient | None = None
     deadlines: Deadlines | None = None  # the running loop's, from start to close
+    relays: Relays | None = None  # the running loop's streams with data to relay, likewise
     ready: bool = False

@@ -12,6 +12,7 @@ pipe relays anything differently from the task.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from yarl import URL
 from proxy.deadline import Deadline, Deadlines
 from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
-from proxy.pipe import PIPES, Pipe, frames_for
+from proxy.pipe import PIPES, STEPS, Pipe, Relays, frames_for
 from proxy.sse import SSEDecoder
 from proxy.upstream import Destination, Target, UpstreamClient, UpstreamResponse, connection_pool
 from tests.replay import dechunk
@@ -93,6 +94,7 @@ class Rig:
             idle=idle,
             deadline=loop.time() + 60,
             exchange=self.exchange,
+            relays=Relays(loop),
         )
 
     async def send(self, data: bytes) -> None:
@@ -301,3 +303,41 @@ async def test_the_waits_for_the_upstream_are_metered(rig: Rig) -> None:
     await asyncio.wait_for(flowing, 10)
     elapsed = perf_counter() - started
     assert 5 * gap * 0.9 <= rig.exchange.upstream_wait <= elapsed
+
+
+async def test_relays_take_a_few_steps_at_a_time_and_let_the_loop_in_between() -> None:
+    """Steps queued in a burst go in batches of STEPS: a callback queued behind the first batch
+    (a request's handler woken meanwhile) runs before the second, not after all of them."""
+    loop = asyncio.get_running_loop()
+    relays = Relays(loop)
+    order: list[object] = []
+    steps = 2 * STEPS + 3
+    for i in range(steps):
+        relays.add(functools.partial(order.append, i))
+    loop.call_soon(order.append, "handler")
+    for _ in range(4):
+        await asyncio.sleep(0)
+    assert order == [*range(STEPS), "handler", *range(STEPS, steps)]
+    relays.add(lambda: order.append("later"))  # idle again: the next step is taken at once
+    await asyncio.sleep(0)
+    assert order[-1] == "later"
+
+
+async def test_a_step_that_raises_does_not_hold_up_the_others() -> None:
+    loop = asyncio.get_running_loop()
+    relays = Relays(loop)
+    reported: list[object] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context.get("exception")))
+    taken: list[int] = []
+
+    def broken() -> None:
+        raise RuntimeError("a bug of ours")
+
+    relays.add(broken)
+    for i in range(3):
+        relays.add(functools.partial(taken.append, i))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    loop.set_exception_handler(None)
+    assert taken == [0, 1, 2]
+    assert [type(exc) for exc in reported] == [RuntimeError]
