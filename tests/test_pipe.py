@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -196,6 +197,28 @@ async def test_a_body_s_end_without_done_finishes_the_stream(rig: Rig) -> None:
     last = await asyncio.wait_for(pipe.flow(), 10)
     assert dechunk(await rig.received()) + b"".join(last) == expected(events)
     assert pipe.data == b""  # the body ended: its connection is back in the pool
+
+
+async def test_a_pipe_done_with_is_freed_at_once_not_left_to_the_collector(rig: Rig) -> None:
+    """A pipe lives as long as its stream, past the young collections: in a reference cycle, it
+    and what it holds would wait for a full collection (it did: 76 MB per worker against 61)."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable stays in gc.garbage
+    try:
+        pipe = rig.pipe()
+        flowing = asyncio.ensure_future(pipe.flow())
+        for event in STREAM.split(b"\n\n")[:-1]:
+            await rig.send(chunk(event + b"\n\n"))  # read by read, each a step of the pipe
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(flowing, 10)
+        del pipe, flowing
+        gc.collect()
+        assert not [o for o in gc.garbage if isinstance(o, Pipe)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
 
 
 async def test_an_upstream_that_breaks_mid_stream_ends_it_with_one_error_event(rig: Rig) -> None:
