@@ -44,9 +44,10 @@ __all__ = ["PIPES", "Pipe", "frames_for"]
 log = logging.getLogger("proxy.relay")
 
 PIPES: Final = "_waiter" in getattr(aiohttp.StreamReader, "__slots__", ())
-# How many pipes a callback of Relays steps: a step is 15-30 µs, so a request waits at most a
-# few tenths of a millisecond for the pipes stepped ahead of it.
-STEPS: Final = 8
+# How many pipes a callback of Relays steps: a step is 15-30 µs, so a request waits about a
+# tenth of a millisecond for the pipes stepped ahead of it. bench/ab.py, slow-1000, 7 rounds of
+# 10 s: 4 against 8, TTFT p99 0.949x.
+STEPS: Final = 4
 
 
 def frames_for(normalizer: StreamNormalizer, events: list[Event], at_end: bool) -> list[bytes]:
@@ -74,8 +75,8 @@ class Relays:
     The slow streams' events come in bursts (streams fall into step with their upstream's
     timer): a step per callback, as they came, and a request that arrived in the middle of a
     burst of 100 events waited for all of them before its handler began, and its time to first
-    token with it. Two A/B runs (bench/ab.py, slow-1000, 7 rounds of 10 s each): TTFT p99
-    0.941x and 0.967x.
+    token with it. Two A/B runs (bench/ab.py, slow-1000, 7 rounds of 10 s each), eight at a time
+    against one callback each: TTFT p99 0.941x and 0.967x.
     """
 
     __slots__ = ("_loop", "_queued", "_ready")
