@@ -184,7 +184,7 @@ def _added_p50(results: Results, gateway: str) -> tuple[bool, str] | None:
     if ours is None or direct is None or ours.p50_ms is None or direct.p50_ms is None:
         return None
     added = ours.p50_ms - direct.p50_ms
-    return added <= 0.5, f"+{added:.3f} ms ({ours.p50_ms:.3f} vs {direct.p50_ms:.3f} ms)"
+    return added <= 0.5, f"{added:+.3f} ms ({ours.p50_ms:.3f} vs {direct.p50_ms:.3f} ms)"
 
 
 def _slow_complete(results: Results, gateway: str) -> tuple[bool, str] | None:
@@ -201,7 +201,7 @@ def _slow_ttft(results: Results, gateway: str) -> tuple[bool, str] | None:
     if ours is None or direct is None or ours.p99_ms is None or direct.p99_ms is None:
         return None
     added = ours.p99_ms - direct.p99_ms
-    return added <= 5, f"+{added:.2f} ms ({ours.p99_ms:.2f} vs {direct.p99_ms:.2f} ms)"
+    return added <= 5, f"{added:+.2f} ms ({ours.p99_ms:.2f} vs {direct.p99_ms:.2f} ms)"
 
 
 def _slow_rss(results: Results, gateway: str) -> tuple[bool, str] | None:
