@@ -247,8 +247,9 @@ def bursts(results: list[Stream]) -> dict[str, float | None]:
 
     Each slot opens its next stream as soon as the last one ends, and streams that end together
     open their successors together: nginx's echo_sleep times every event from the same cached
-    clock, so streams fall into step, dozens at a time. Through a gateway each burst is that
-    many requests and first events handled one after another; its tail is the last of them.
+    clock, so streams fall into step, dozens at a time. A burst is as many requests, and first
+    events, handled one after another: direct's slowest streams are the last of a burst. A
+    gateway's may be streams opened alone, that arrived while it was busy with a burst.
     """
     timed = sorted((r.start, r.ttft) for r in results if r.ttft is not None)
     ttfts: list[tuple[float, bool]] = []  # each stream's TTFT, and whether it was in a burst
