@@ -131,6 +131,8 @@ class Gateway:
         if self.state.deadlines is not None:
             self.state.deadlines.close()
             self.state.deadlines = None
+        # Pipes still relaying keep their own reference; their queued steps still run.
+        self.state.relays = None
         if self._connector is not None:
             await self._connector.close()
             self._connector = None
