@@ -104,6 +104,9 @@ class Server:
     # After SIGTERM: keep serving, /readyz answering 503, for this long before the listener
     # closes, so that load balancers see the worker leave before connections are refused.
     shutdown_delay: float = 0.0
+    # Seconds between a worker's runs of the cycle collector (proxy.collector); 0 leaves the
+    # collector to CPython's own allocation counts.
+    gc_interval: float = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +230,7 @@ def _parse_server(ck: Checker, raw: object) -> Server:
         shutdown_delay=ck.optional(
             node, "shutdown_delay", "server", non_negative, d.shutdown_delay
         ),
+        gc_interval=ck.optional(node, "gc_interval", "server", _gc_interval, d.gc_interval),
     )
 
 
@@ -397,6 +401,15 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _port = int_reader(1, 65535, "must be an integer from 1 to 65535")
 _positive_int = int_reader(1, None, "must be a positive integer")
 _any_int = int_reader(None, None, "must be an integer")
+
+
+def _gc_interval(value: object) -> float:
+    # Shorter, the ticks would cost more than they save; longer, cyclic garbage would pile up
+    # between them, and memory growth (which starts a full collection) go unseen as long.
+    seconds = non_negative(value)
+    if seconds != 0 and not 0.01 <= seconds <= 10:
+        raise Invalid("must be 0 (CPython's own schedule) or from 0.01 to 10 seconds")
+    return seconds
 
 
 def _base_url(value: object) -> str:

@@ -67,6 +67,12 @@ OVERHEAD_BUCKETS: Final = (
     0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 )  # fmt: skip
 
+# The cycle collector's pauses: a tick's young collection takes well under a millisecond to a
+# few; a full one, tens of milliseconds with thousands of requests in flight.
+GC_BUCKETS: Final = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)  # fmt: skip
+
 
 def _upper_bounds(buckets: tuple[float, ...]) -> tuple[float, ...]:
     # How prometheus_client completes a histogram's buckets.
@@ -76,6 +82,7 @@ def _upper_bounds(buckets: tuple[float, ...]) -> tuple[float, ...]:
 _DURATION_BOUNDS: Final = _upper_bounds(DURATION_BUCKETS)
 _TTFT_BOUNDS: Final = _upper_bounds(TTFT_BUCKETS)
 _OVERHEAD_BOUNDS: Final = _upper_bounds(OVERHEAD_BUCKETS)
+_GC_BOUNDS: Final = _upper_bounds(GC_BUCKETS)
 
 _CIRCUIT_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -263,8 +270,18 @@ class ProxyMetrics(Observer):
                 ("result",),
             )
         )
+        self.gc_pauses = _Children(
+            histogram(
+                "llm_proxy_gc_pause_seconds",
+                "Pauses of a worker's cycle collector, young generations or in full.",
+                ("collection",),
+                GC_BUCKETS,
+            )
+        )
         for result in ("success", "failure"):
             self.config_reloads(result)
+        for collection in ("young", "full"):
+            self.gc_pauses(collection)
         for model, provider, upstream_model in deployments:
             self.circuit_state(model, provider, upstream_model).set(0)
             self.upstream_retries(model, provider)
@@ -395,6 +412,10 @@ class ProxyMetrics(Observer):
 
     def reloaded(self, ok: bool) -> None:
         self.config_reloads("success" if ok else "failure").inc()
+
+    def collected(self, full: bool, seconds: float) -> None:
+        self._observe(self.gc_pauses("full" if full else "young"), _GC_BOUNDS, seconds)
+        self._batch.touch()
 
     def _route(
         self, team: str, model: str, provider: str, endpoint: str, stream: str, status: str

@@ -45,6 +45,10 @@ class Observer:
     def reloaded(self, ok: bool) -> None:
         """A configuration reload was applied (``ok``) or refused."""
 
+    def collected(self, full: bool, seconds: float) -> None:
+        """The worker's cycle collector ran (``proxy.collector``), in full or its young
+        generations, and held the loop for ``seconds``."""
+
     def flush(self) -> None:
         """Write out what is held now (a scrape of /metrics is about to read it)."""
 

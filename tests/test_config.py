@@ -100,6 +100,19 @@ BAD = [
             "server.shutdown_delay: must be a number >= 0",
         ],
     ),
+    *(
+        (
+            f"server: {{gc_interval: {value}}}\n" + doc(),
+            [f"server.gc_interval: {message}"],
+        )
+        for value, message in [
+            ("-1", "must be a number >= 0"),
+            ("'often'", "must be a number >= 0"),
+            ("0.001", "must be 0 (CPython's own schedule) or from 0.01 to 10 seconds"),
+            ("11", "must be 0 (CPython's own schedule) or from 0.01 to 10 seconds"),
+            (".inf", "must be a number >= 0"),
+        ]
+    ),
     # --- metrics
     (
         "metrics: {enabled: 'maybe', port: 8080}\n" + doc(),
@@ -464,7 +477,7 @@ def test_positive_numbers(value: object, expected: float | None) -> None:
 
 def test_defaults() -> None:
     config = parse(doc())
-    assert config.server == Server("0.0.0.0", 8080, 1, 16 * 1024 * 1024, 30.0, 30.0)
+    assert config.server == Server("0.0.0.0", 8080, 1, 16 * 1024 * 1024, 30.0, 30.0, 0.0, 0.1)
     assert config.metrics == Metrics(enabled=True, host=None, port=None, token=None)
     assert config.access_log is True
     provider = config.providers["p"]
@@ -521,7 +534,7 @@ def test_config_built_in_code_gets_default_routing() -> None:
 
 BRIEF_EXAMPLE = """
 server: {host: 127.0.0.1, port: 8080, workers: 4, max_body_bytes: 1048576, read_timeout: 15,
-         drain_seconds: 0}
+         drain_seconds: 0, shutdown_delay: 5, gc_interval: 0}
 metrics: {enabled: false, host: null, port: 9100, token: "${METRICS_TOKEN:-}"}
 access_log: false
 providers:
@@ -558,7 +571,7 @@ teams:
 
 def test_full_example_with_all_three_model_forms() -> None:
     config = parse(BRIEF_EXAMPLE)
-    assert config.server == Server("127.0.0.1", 8080, 4, 1048576, 15.0, 0.0)
+    assert config.server == Server("127.0.0.1", 8080, 4, 1048576, 15.0, 0.0, 5.0, 0.0)
     # A separate metrics listener binds the server's host unless told otherwise.
     assert config.metrics == Metrics(enabled=False, host="127.0.0.1", port=9100, token=None)
     assert config.access_log is False

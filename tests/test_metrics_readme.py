@@ -26,7 +26,7 @@ def running() -> Iterator[Stage]:
 
 def test_readme_lists_metrics_with_types_and_labels() -> None:
     table = readme_metrics()
-    assert len(table) == 14
+    assert len(table) == 15
     for name, (kind, labels) in table.items():
         assert name.startswith("llm_proxy_")
         assert kind in ("counter", "gauge", "histogram")

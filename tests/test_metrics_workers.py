@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,12 +134,12 @@ def scrape_until_exact(url: str, tokens: dict[Any, int], requests: dict[Any, int
     return last[0]
 
 
-def per_worker(directory: Path, name: str) -> dict[int, float]:
-    """The value of ``name`` (summed over labels) in each worker's own counter file."""
+def per_worker(directory: Path, name: str, kind: str = "counter") -> dict[int, float]:
+    """The value of ``name`` (summed over labels) in each worker's own file of ``kind``."""
     values = {}
-    for path in directory.glob("counter_*.db"):
-        pid = int(path.stem.removeprefix("counter_"))
-        metrics = MultiProcessCollector.merge([str(path)], accumulate=False)  # type: ignore[no-untyped-call]
+    for path in directory.glob(f"{kind}_*.db"):
+        pid = int(path.stem.removeprefix(f"{kind}_"))
+        metrics = MultiProcessCollector.merge([str(path)], accumulate=True)  # type: ignore[no-untyped-call]
         values[pid] = sum(s.value for m in metrics for s in m.samples if s.name == name)
     return values
 
@@ -300,7 +301,7 @@ def livesum(directory: Path, name: str) -> dict[int, float]:
     values = {}
     for path in directory.glob("gauge_livesum_*.db"):
         pid = int(path.stem.removeprefix("gauge_livesum_"))
-        metrics = MultiProcessCollector.merge([str(path)], accumulate=False)  # type: ignore[no-untyped-call]
+        metrics = MultiProcessCollector.merge([str(path)], accumulate=True)  # type: ignore[no-untyped-call]
         values[pid] = sum(s.value for m in metrics for s in m.samples if s.name == name)
     return values
 
@@ -417,3 +418,36 @@ def test_one_worker_uses_no_directory(emulator: Stage, tmp_path: Path, enabled: 
             return total(read_samples(text), "llm_proxy_requests_total", team="alpha") == 1
 
         wait_for(counted, "the request to be counted")
+
+
+@pytest.mark.parametrize("interval", [0.05, 0])
+def test_each_worker_runs_its_collector_on_a_timer_unless_told_not_to(
+    emulator: Stage, tmp_path: Path, interval: float
+) -> None:
+    config = write_config(
+        tmp_path / "proxy.yaml", emulator.emulator_url, MODELS, server={"gc_interval": interval}
+    )
+    with serve(config, 2, tmp_path / "tmp") as served:
+        (directory,) = served.metrics_dirs()
+        with fresh_client(served, ALPHA_KEY) as alpha:
+            for _ in range(4):
+                stream(alpha, "llama")
+        name = "llm_proxy_gc_pause_seconds_count"
+
+        def ticked() -> bool:
+            counts = per_worker(directory, name, "histogram")
+            return len(counts) == 2 and all(count >= 5 for count in counts.values())
+
+        if interval:
+            wait_for(ticked, "both workers' collectors to tick")
+            samples = read_samples(scrape(served.root + "/metrics"))
+            assert total(samples, name, collection="young") >= 10
+            # Nothing has grown by a tenth since a worker started, nor has a minute passed.
+            assert total(samples, name, collection="full") == 0
+        else:
+            # CPython's own collections run, unreported; the series are there, at zero.
+            time.sleep(1)
+            samples = read_samples(scrape(served.root + "/metrics"))
+            assert total(samples, name, collection="young") == 0
+            assert total(samples, name, collection="full") == 0
+            assert set(per_worker(directory, name, "histogram").values()) == {0}
