@@ -122,6 +122,7 @@ def test_panels_tile_the_grid_without_overlap() -> None:
         "Normalization fixes",
         "In flight",
         "Circuit state",
+        "Cycle collector pauses",
     ],
 )
 def test_the_dashboard_shows(topic: str) -> None:
@@ -129,7 +130,12 @@ def test_the_dashboard_shows(topic: str) -> None:
 
 
 def test_quantile_panels_show_p50_and_p99() -> None:
-    for title in ("Request duration", "Time to first token by model", "Proxy overhead"):
+    for title in (
+        "Request duration",
+        "Time to first token by model",
+        "Proxy overhead",
+        "Cycle collector pauses",
+    ):
         (panel,) = [p for p in panels() if p["title"] == title]
         quantiles = {
             q
