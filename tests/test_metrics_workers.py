@@ -442,7 +442,7 @@ def test_each_worker_runs_its_collector_on_a_timer_unless_told_not_to(
             wait_for(ticked, "both workers' collectors to tick")
             samples = read_samples(scrape(served.root + "/metrics"))
             assert total(samples, name, collection="young") >= 10
-            # Nothing has grown by a tenth since a worker started, nor has a minute passed.
+            # No worker's memory has doubled since it started, nor has a minute passed.
             assert total(samples, name, collection="full") == 0
         else:
             # CPython's own collections run, unreported; the series are there, at zero.
