@@ -139,6 +139,7 @@ def per_worker(directory: Path, name: str, kind: str = "counter") -> dict[int, f
     values = {}
     for path in directory.glob(f"{kind}_*.db"):
         pid = int(path.stem.removeprefix(f"{kind}_"))
+        # Accumulated, so that a histogram has its _count.
         metrics = MultiProcessCollector.merge([str(path)], accumulate=True)  # type: ignore[no-untyped-call]
         values[pid] = sum(s.value for m in metrics for s in m.samples if s.name == name)
     return values
@@ -301,7 +302,7 @@ def livesum(directory: Path, name: str) -> dict[int, float]:
     values = {}
     for path in directory.glob("gauge_livesum_*.db"):
         pid = int(path.stem.removeprefix("gauge_livesum_"))
-        metrics = MultiProcessCollector.merge([str(path)], accumulate=True)  # type: ignore[no-untyped-call]
+        metrics = MultiProcessCollector.merge([str(path)], accumulate=False)  # type: ignore[no-untyped-call]
         values[pid] = sum(s.value for m in metrics for s in m.samples if s.name == name)
     return values
 
