@@ -9,7 +9,9 @@ own ``llm-proxy serve`` (N workers, metrics and access log on, the same configur
 front of one nginx (bench/canned.py). The profiles then run on A and B in turns, the order
 flipped every round, so that the noise of a shared machine falls on both alike; the report is
 the median of the rounds for each, and the ratio B/A. For plain-1 the figure is the p50 latency
-(lower is better); for the others, requests or streams per second.
+(lower is better); for the others, requests or streams per second. Beside it, the CPU time the
+proxy's processes took per request or stream (from /proc, in clock ticks): less noisy than a
+rate on a shared machine, it shows a change of a few per cent that a rate hides.
 
 slow-1000 (``--profiles slow-1000``, alone or with the others) opens 1,000 slow streams at once
 on each side in turn, as bench/run.py does; its figure is the time to first token at p99 (lower
@@ -33,9 +35,11 @@ import canned
 import gateways
 import load
 from gateways import Gateway
-from procs import Service, free_port, wait_http
+from procs import Service, cpu_seconds, free_port, wait_http
 
 ROOT = Path(__file__).resolve().parent.parent
+# By gateway (A, B), by profile: each round's (figure, CPU µs per request or stream).
+Results = dict[str, dict[str, list[tuple[float, float]]]]
 # Profiles judged by a latency (which one), not by rate: lower is better.
 LATENCY = {"plain-1": "p50", "slow-1000": "p99"}
 
@@ -58,15 +62,21 @@ def checkout(revision: str | None, into: Path) -> Iterator[Path]:
         )
 
 
-def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> float | None:
+def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> tuple[float, float] | None:
+    """The profile's figure, and the gateway's CPU time per request (or stream), in µs."""
+    cpu = cpu_seconds(gateway.processes())
     outcome = load.run_profile(gateway, profile, seconds)  # as bench/run.py loads them
-    if outcome.failed or outcome.errors:
+    cpu = cpu_seconds(gateway.processes()) - cpu
+    if outcome.failed or outcome.errors or not outcome.requests:
         print(f"  {gateway.name} {profile.name}: {outcome.failed or outcome.errors}", flush=True)
         return None
+    per_request = 1e6 * cpu / outcome.requests
     latency = LATENCY.get(profile.name)
     if latency is None:
-        return outcome.rate
-    return outcome.p50_ms if latency == "p50" else outcome.p99_ms
+        figure = outcome.rate
+    else:
+        figure = outcome.p50_ms if latency == "p50" else outcome.p99_ms
+    return (figure, per_request) if figure is not None else None
 
 
 def main() -> int:
@@ -110,10 +120,8 @@ def main() -> int:
 
 def run_rounds(
     pair: list[Gateway], profiles: list[load.Profile], rounds: int, seconds: int
-) -> dict[str, dict[str, list[float]]]:
-    results: dict[str, dict[str, list[float]]] = {
-        g.name: {p.name: [] for p in profiles} for g in pair
-    }
+) -> Results:
+    results: Results = {g.name: {p.name: [] for p in profiles} for g in pair}
     for gateway in pair:
         for kind in {p.kind for p in profiles}:
             problem = load.check_request(gateway, kind)
@@ -137,27 +145,28 @@ def run_rounds(
     return results
 
 
-def _last(values: list[float]) -> str:
-    return f"{values[-1]:.4g}" if values else "-"
+def _last(values: list[tuple[float, float]]) -> str:
+    return f"{values[-1][0]:.4g} ({values[-1][1]:.0f} µs)" if values else "-"
 
 
-def report(
-    args: argparse.Namespace,
-    profiles: list[load.Profile],
-    results: dict[str, dict[str, list[float]]],
-) -> None:
+def report(args: argparse.Namespace, profiles: list[load.Profile], results: Results) -> None:
     print(f"\nA = {args.base}, B = {args.new or 'working tree'}; medians of {args.rounds} rounds")
+    print("  (CPU: the workers' and supervisor's CPU time per request or stream, user and system)")
     for profile in profiles:
         a, b = results["A"][profile.name], results["B"][profile.name]
         if not a or not b:
             print(f"  {profile.name:10} no figures")
             continue
-        median_a, median_b = statistics.median(a), statistics.median(b)
+        median_a = statistics.median(v for v, _ in a)
+        median_b = statistics.median(v for v, _ in b)
+        cpu_a = statistics.median(c for _, c in a)
+        cpu_b = statistics.median(c for _, c in b)
         latency = LATENCY.get(profile.name)
         unit = f"ms {latency}" if latency else "/s"
         print(
             f"  {profile.name:10} A {median_a:10.3f} {unit:6}  B {median_b:10.3f} {unit:6}"
-            f"  B/A {median_b / median_a:5.3f}"
+            f"  B/A {median_b / median_a:5.3f}   CPU A {cpu_a:6.1f} µs  B {cpu_b:6.1f} µs"
+            f"  B/A {cpu_b / cpu_a:5.3f}"
         )
 
 
