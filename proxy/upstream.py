@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Final
+from functools import cached_property, partial
+from typing import Any, Final, cast
 
 import aiohttp
 import orjson
@@ -269,10 +269,36 @@ class UpstreamResponse:
             connection.close()
 
 
+class _Protocol(ResponseHandler):
+    """aiohttp's response protocol, but for a resume that has nothing to resume.
+
+    aiohttp's reader asks its protocol to resume reading after every read that leaves its
+    buffer low, paused or not, and the protocol then feeds its parser nothing (to parse what a
+    pause left over) and resumes the transport: once per event of a stream. Only a pause
+    (``pause_reading``, which sets ``_reading_paused`` and pauses the parser) leaves anything
+    over, and only its resume clears the flag, so an unpaused protocol has nothing to do.
+    py-spy, slow-1000: 3.0 % of a worker's samples.
+    """
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        if self._reading_paused:
+            super().resume_reading(resume_parser)
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, opening its connections with ``_Protocol``: the factory is the
+    connector's own attribute, which tests/test_pipe.py checks is still used."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        # cast: typeshed's partial is invariant, and aiohttp types its factory by the base class.
+        self._factory = cast("partial[ResponseHandler]", partial(_Protocol, loop=self._loop))
+
+
 def connection_pool() -> aiohttp.TCPConnector:
     """The pool of upstream connections of one process: keep-alive, any number per host (the
     limit is on the whole), DNS answers kept five minutes."""
-    return aiohttp.TCPConnector(
+    return _Connector(
         limit=1024,
         limit_per_host=0,
         ttl_dns_cache=300,

@@ -31,7 +31,14 @@ from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
 from proxy.pipe import PIPES, STEPS, Pipe, Relays, frames_for
 from proxy.sse import SSEDecoder
-from proxy.upstream import Destination, Target, UpstreamClient, UpstreamResponse, connection_pool
+from proxy.upstream import (
+    Destination,
+    Target,
+    UpstreamClient,
+    UpstreamResponse,
+    _Protocol,
+    connection_pool,
+)
 from tests.replay import dechunk
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
@@ -245,6 +252,15 @@ async def test_a_client_that_stops_reading_is_waited_for_not_written_to(rig: Rig
     assert await asyncio.wait_for(flowing, 10) == []  # the client's transport is full
     assert rig.transport.get_write_buffer_size() > high_water
     assert not rig.normalizer.ended
+    # The upstream's connection stops being read once its reader is full; it is resumed by
+    # the reads that follow (proxy.upstream's protocol skips only resumes of what is not paused).
+    upstream = rig.response.content._protocol
+    assert type(upstream) is _Protocol
+    for _ in range(100):
+        if upstream._reading_paused:
+            break
+        await asyncio.sleep(0.01)
+    assert upstream._reading_paused
     # The client reads everything while the task keeps flowing: nothing is lost or reordered.
     reading = asyncio.ensure_future(rig.received(quiet=1.0))
     while not (last := await asyncio.wait_for(pipe.flow(), 10)):
