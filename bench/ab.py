@@ -36,12 +36,11 @@ import gateways
 import load
 from gateways import Gateway
 from procs import Service, cpu_seconds, free_port, wait_http
+from report import LATENCY, figure
 
 ROOT = Path(__file__).resolve().parent.parent
 # By gateway (A, B), by profile: each round's (figure, CPU µs per request or stream).
 Results = dict[str, dict[str, list[tuple[float, float]]]]
-# Profiles judged by a latency (which one), not by rate: lower is better.
-LATENCY = {"plain-1": "p50", "slow-1000": "p99"}
 
 
 @contextmanager
@@ -70,13 +69,8 @@ def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> tuple[floa
     if outcome.failed or outcome.errors or not outcome.requests:
         print(f"  {gateway.name} {profile.name}: {outcome.failed or outcome.errors}", flush=True)
         return None
-    per_request = 1e6 * cpu / outcome.requests
-    latency = LATENCY.get(profile.name)
-    if latency is None:
-        figure = outcome.rate
-    else:
-        figure = outcome.p50_ms if latency == "p50" else outcome.p99_ms
-    return (figure, per_request) if figure is not None else None
+    value = figure(profile.name, outcome)
+    return (value, 1e6 * cpu / outcome.requests) if value is not None else None
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ the targets (with, for information, what the floor achieves against each)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from load import PROFILES, Outcome
 
@@ -17,9 +17,44 @@ class Row:
     worker_mb: float | None = None
     cpu_pct: float | None = None
     foreign_pct: float | None = None
+    trials: list[float] = field(default_factory=list)  # each trial's figure, when several ran
 
 
 Results = dict[str, dict[str, Row]]  # profile -> gateway -> row
+# Profiles judged by a latency (which one; lower is better), not by rate (higher is better).
+LATENCY = {"plain-1": "p50", "slow-1000": "p99"}
+
+
+def figure(profile: str, outcome: Outcome) -> float | None:
+    """What a trial of ``profile`` is judged by: a rate, or a latency (``LATENCY``)."""
+    latency = LATENCY.get(profile)
+    if latency is None:
+        return outcome.rate
+    return outcome.p50_ms if latency == "p50" else outcome.p99_ms
+
+
+def median_trial(profile: str, rows: list[Row]) -> Row:
+    """The trial with the median figure (of an even number, the worse of the middle two), its
+    memory the largest any trial saw (the memory target is a ceiling), and every trial's figure.
+    A trial that failed or had errors is the one that counts: no median hides it."""
+    if len(rows) == 1:
+        return rows[0]
+    failed = [row for row in rows if row.outcome.failed or row.outcome.errors]
+    if failed:
+        chosen = failed[0]
+    else:
+        sign = -1 if profile in LATENCY else 1
+        ranked = sorted(rows, key=lambda row: sign * (figure(profile, row.outcome) or 0.0))
+        chosen = ranked[(len(ranked) - 1) // 2]  # ranked from the worst
+    peaks = [row.total_mb for row in rows if row.total_mb is not None]
+    workers = [row.worker_mb for row in rows if row.worker_mb is not None]
+    values = [figure(profile, row.outcome) for row in rows]
+    return replace(
+        chosen,
+        total_mb=max(peaks) if peaks else None,
+        worker_mb=max(workers) if workers else None,
+        trials=[v for v in values if v is not None],
+    )
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -69,6 +104,13 @@ def profile_table(name: str, rows: dict[str, Row]) -> list[str]:
         errors = _errors(row.outcome)
         if errors != "none":
             lines.append(f"  {gateway} errors: {errors}")
+    tried = {gateway: row.trials for gateway, row in rows.items() if len(row.trials) > 1}
+    if tried:
+        what = f"{lat}{LATENCY[name]} ms" if name in LATENCY else unit
+        lines.append(f"  trials ({what}; the median's row above, with the largest RSS seen):")
+        for gateway, values in tried.items():
+            digits = 2 if name in LATENCY else 0
+            lines.append(f"    {gateway:<11}" + " / ".join(_num(v, digits) for v in values))
     if slow:
         lines += _burst_lines(rows)
     return lines
