@@ -277,7 +277,7 @@ class _Protocol(ResponseHandler):
     pause left over) and resumes the transport: once per event of a stream. Only a pause
     (``pause_reading``, which sets ``_reading_paused`` and pauses the parser) leaves anything
     over, and only its resume clears the flag, so an unpaused protocol has nothing to do.
-    py-spy, slow-1000: 3.0 % of a worker's samples.
+    bench/ab.py, CPU per stream: slow-1000 0.929x (9 rounds of 10 s), stream-16 0.968x.
     """
 
     def resume_reading(self, resume_parser: bool = True) -> None:
