@@ -269,6 +269,32 @@ async def test_a_client_that_stops_reading_is_waited_for_not_written_to(rig: Rig
     assert dechunk(await reading) + b"".join(last) == expected(many * 16 + STREAM)
 
 
+async def test_reads_of_an_unpaused_upstream_feed_its_parser_nothing_more(rig: Rig) -> None:
+    """aiohttp's reader asks its protocol to resume after every read; unpaused, the protocol
+    (``proxy.upstream._Protocol``) skips it rather than feed its parser an empty read, which
+    is what a resume does (the socket's reads are never empty: the end of a connection is
+    ``eof_received``)."""
+    upstream = rig.response.content._protocol
+    empty_feeds = 0
+    data_received = upstream.data_received
+
+    def counted(data: bytes) -> None:
+        nonlocal empty_feeds
+        empty_feeds += not data
+        data_received(data)
+
+    upstream.data_received = counted  # type: ignore[method-assign]
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    events = STREAM.split(b"\n\n")[:-1]
+    for event in events:
+        await rig.send(chunk(event + b"\n\n"))  # read by read, each a step of the pipe
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(flowing, 10)
+    assert len(events) > 10 and not upstream._reading_paused
+    assert empty_feeds == 0
+
+
 async def test_a_client_gone_is_a_connection_reset(rig: Rig) -> None:
     pipe = rig.pipe()
     flowing = asyncio.ensure_future(pipe.flow())
