@@ -67,7 +67,8 @@ def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> tuple[floa
     outcome = load.run_profile(gateway, profile, seconds)  # as bench/run.py loads them
     cpu = cpu_seconds(gateway.processes()) - cpu
     if outcome.failed or outcome.errors or not outcome.requests:
-        print(f"  {gateway.name} {profile.name}: {outcome.failed or outcome.errors}", flush=True)
+        problem = outcome.failed or outcome.errors or "no request completed"
+        print(f"  {gateway.name} {profile.name}: {problem}", flush=True)
         return None
     value = figure(profile.name, outcome)
     return (value, 1e6 * cpu / outcome.requests) if value is not None else None

@@ -1,7 +1,8 @@
 """The gateway benchmark suite (issue 6; not a test, never part of CI's verdict).
 
     python bench/run.py [--peers] [--duration 10] [--profiles plain-1,plain-64,...] [--workers 2]
-                        [--no-floor | --lean-floor] [--profile-py-spy] [--peer-venv PATH] [--trials 3]
+                        [--no-floor | --lean-floor] [--profile-py-spy] [--peer-venv PATH]
+                        [--trials 3]
 
 Starts nginx as a canned upstream (bench/canned.py), then, one after the other: measures each
 profile straight against nginx ("direct"), against our proxy (``llm-proxy serve``, N workers,
