@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=5,
         help="measure plain-64 (every gateway) and slow-1000 (direct, ours, the floor) this many"
-        " times; the median trial counts",
+        " times; the median trial counts (slow-1000's direct and ours in turn)",
     )
     parser.add_argument("--out", type=Path, default=BENCH / "out")
     parser.add_argument("--keep", action="store_true", help="keep configs and logs (printed path)")
