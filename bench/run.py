@@ -66,7 +66,8 @@ TRIED = {
 # The profile whose target is ours against direct: their trials are taken in turn, each pair in
 # the other order from the last (direct then ours, ours then direct, ...), while ours is up.
 # Measured in blocks, like the rest, direct's trials ran minutes before ours', on whatever the
-# machine was doing then (its own TTFT p99 moved between 56 and 72 ms from one run to the next).
+# machine was doing then (its own TTFT p99 went from 56 to 72 ms over the trials of 2026-11-30's
+# morning).
 PAIRED = "slow-1000"
 
 
