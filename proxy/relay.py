@@ -403,6 +403,7 @@ def _pipe(
         deadline=answer.deadline,
         exchange=exchange,
         relays=answer.relays,
+        direct=answer.response.takeable,
     )
 
 

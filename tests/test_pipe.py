@@ -1,6 +1,7 @@
 """``proxy.pipe``: a stream relayed in the loop's callbacks, from a real upstream connection (a
 bare TCP server, aiohttp's response parser and reader) to a real client transport (one end of a
-socket pair; the test reads the other).
+socket pair; the test reads the other). Every test of a rig runs twice: with the body read from
+aiohttp's reader, and taken from the connection (``direct``), which must relay the same.
 
 The pipe rests on one thing of aiohttp's that is not its public API: its reader calls
 ``set_result`` or ``set_exception`` on whatever it holds as ``_waiter`` when data, the body's
@@ -15,7 +16,7 @@ import asyncio
 import functools
 import gc
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -29,14 +30,14 @@ from yarl import URL
 from proxy.deadline import Deadline, Deadlines
 from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
-from proxy.pipe import PIPES, STEPS, Pipe, Relays, frames_for
+from proxy.pipe import HELD_MAX, PIPES, STEPS, TAKE_TRIES, TAKING, Pipe, Relays, frames_for
 from proxy.sse import SSEDecoder
 from proxy.upstream import (
     Destination,
     Target,
     UpstreamClient,
+    UpstreamProtocol,
     UpstreamResponse,
-    _Protocol,
     connection_pool,
 )
 from tests.replay import dechunk
@@ -86,11 +87,13 @@ class Rig:
     normalizer: StreamNormalizer
     exchange: Exchange
     deadlines: Deadlines
+    direct: bool  # the pipes may take the body from the connection
 
     def pipe(
         self, *, chunked: bool = True, idle: float = IDLE, timer: Deadline | None = None
     ) -> Pipe:
         """A pipe whose deadline, unless given, is the calling task's."""
+        assert self.response.takeable
         loop = asyncio.get_running_loop()
         return Pipe(
             self.response.content,
@@ -103,6 +106,7 @@ class Rig:
             deadline=loop.time() + 60,
             exchange=self.exchange,
             relays=Relays(loop),
+            direct=self.direct,
         )
 
     async def send(self, data: bytes) -> None:
@@ -123,8 +127,8 @@ class Rig:
             got.append(data)
 
 
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
+@pytest.fixture(params=[False, True], ids=["reader", "taken"])
+async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     loop = asyncio.get_running_loop()
     upstream: asyncio.Future[asyncio.StreamWriter] = loop.create_future()
 
@@ -155,6 +159,7 @@ async def rig() -> AsyncIterator[Rig]:
         normalizer(),
         Exchange(request_id="t", endpoint="chat", started=perf_counter()),
         deadlines,
+        request.param,
     )
     try:
         yield rig
@@ -171,6 +176,10 @@ async def rig() -> AsyncIterator[Rig]:
 
 def test_the_reader_still_has_its_waiter() -> None:
     assert PIPES
+
+
+def test_the_reader_still_says_where_its_chunks_end() -> None:
+    assert TAKING
 
 
 @pytest.mark.parametrize("size", [1, 7, 300, len(STREAM)])
@@ -246,32 +255,37 @@ async def test_a_client_that_stops_reading_is_waited_for_not_written_to(rig: Rig
     high_water = rig.transport.get_write_buffer_limits()[1]
     one_event = STREAM.split(b"\n\n")[1] + b"\n\n"
     many = one_event * (4 * high_water // len(one_event))
+    first = STREAM.split(b"\n\n")[0] + b"\n\n"
     pipe = rig.pipe()
     flowing = asyncio.ensure_future(pipe.flow())
+    await rig.send(chunk(first))  # a read that ends a chunk: from the next, the body is taken
+    await asyncio.sleep(0.01)
     sender = asyncio.ensure_future(rig.send(chunk(many) * 16 + chunk(STREAM)))
     assert await asyncio.wait_for(flowing, 10) == []  # the client's transport is full
     assert rig.transport.get_write_buffer_size() > high_water
     assert not rig.normalizer.ended
-    # The upstream's connection stops being read once its reader is full; it is resumed by
-    # the reads that follow (proxy.upstream's protocol skips only resumes of what is not paused).
+    # The upstream's connection stops being read once its reader (or what the pipe took) is
+    # full; it is resumed by the reads that follow (proxy.upstream's protocol skips only resumes
+    # of what is not paused).
     upstream = rig.response.content._protocol
-    assert type(upstream) is _Protocol
+    assert type(upstream) is UpstreamProtocol and upstream.transport is not None
     for _ in range(100):
-        if upstream._reading_paused:
+        if not upstream.transport.is_reading():
             break
         await asyncio.sleep(0.01)
-    assert upstream._reading_paused
+    assert not upstream.transport.is_reading()
+    assert pipe.taking is rig.direct
     # The client reads everything while the task keeps flowing: nothing is lost or reordered.
     reading = asyncio.ensure_future(rig.received(quiet=1.0))
     while not (last := await asyncio.wait_for(pipe.flow(), 10)):
         await rig.protocol.writable.wait()
     await sender
-    assert dechunk(await reading) + b"".join(last) == expected(many * 16 + STREAM)
+    assert dechunk(await reading) + b"".join(last) == expected(first + many * 16 + STREAM)
 
 
 async def test_reads_of_an_unpaused_upstream_feed_its_parser_nothing_more(rig: Rig) -> None:
     """aiohttp's reader asks its protocol to resume after every read; unpaused, the protocol
-    (``proxy.upstream._Protocol``) skips it rather than feed its parser an empty read, which
+    (``proxy.upstream.UpstreamProtocol``) skips it rather than feed its parser an empty read, which
     is what a resume does (the socket's reads are never empty: the end of a connection is
     ``eof_received``)."""
     upstream = rig.response.content._protocol
@@ -406,3 +420,228 @@ async def test_a_step_that_raises_does_not_hold_up_the_others() -> None:
     loop.set_exception_handler(None)
     assert taken == [0, 1, 2]
     assert [type(exc) for exc in reported] == [RuntimeError]
+
+
+# Taking the body from the connection.
+
+
+def chunked(stream: bytes) -> bytes:
+    """``stream`` as an upstream sends it: an event a chunk, then the last chunk."""
+    return b"".join(chunk(event + b"\n\n") for event in stream.split(b"\n\n")[:-1]) + b"0\r\n\r\n"
+
+
+async def test_a_body_taken_from_the_read_that_ends_a_chunk_is_relayed_in_any_pieces(
+    rig: Rig,
+) -> None:
+    """The pipe takes the reads from the first that ends where a chunk ends; after that, its
+    decoder takes chunks apart however they come."""
+    body = chunked(STREAM)
+    first = body.index(b"\r\n", body.index(b"\r\n") + 2) + 2  # the first event's chunk
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    await rig.send(body[:first])
+    await asyncio.sleep(0.01)
+    assert pipe.taking is rig.direct
+    for start in range(first, len(body), 7):
+        await rig.send(body[start : start + 7])
+        await asyncio.sleep(0)
+    last = await asyncio.wait_for(flowing, 10)
+    assert dechunk(await rig.received()) + b"".join(last) == expected(STREAM)
+    assert rig.response.content.is_eof()  # the parser had the last chunk, and ended the body
+
+
+async def test_a_pipe_that_finds_no_read_ending_a_chunk_leaves_the_body_to_the_reader(
+    rig: Rig,
+) -> None:
+    body = chunked(STREAM)
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    upstream = rig.response.content._protocol
+    assert isinstance(upstream, UpstreamProtocol)
+    # Reads of 5 bytes, none ending a chunk until the pipe has given up.
+    position = 0
+    for _ in range(TAKE_TRIES):
+        end = position + 5
+        while body[end - 2 : end] == b"\r\n":
+            end += 1
+        await rig.send(body[position:end])
+        await asyncio.sleep(0.01)
+        position = end
+    assert not pipe.taking
+    assert upstream.sink is None
+    await rig.send(body[position:])
+    last = await asyncio.wait_for(flowing, 10)
+    assert dechunk(await rig.received()) + b"".join(last) == expected(STREAM)
+
+
+async def test_framing_broken_after_the_body_was_taken_ends_the_stream_with_an_error(
+    rig: Rig,
+) -> None:
+    """At once, not at the idle timeout: aiohttp's parser tells only its protocol of what it
+    refused, and ``UpstreamProtocol`` tells the body's reader; a pipe's decoder tells it too."""
+    first_event = STREAM.split(b"\n\n")[0] + b"\n\n"
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    await rig.send(chunk(first_event))
+    await asyncio.sleep(0.01)
+    assert pipe.taking is rig.direct
+    await rig.send(b"5\r\nhelloXY")  # longer than its size
+    last = await asyncio.wait_for(flowing, 10)
+    assert dechunk(await rig.received()) == expected(first_event, at_end=False)
+    assert len(last) == 1 and orjson.loads(last[0].removeprefix(b"data: "))["error"]
+    assert rig.normalizer.error is not None and rig.normalizer.error.error_type == "upstream_error"
+    protocol = rig.response.content._protocol
+    assert isinstance(protocol, UpstreamProtocol) and protocol.should_close
+
+
+SECOND = (FIXTURES / "groq.chat.stream.sse").read_bytes()
+
+
+async def send_event_by_event(writer: asyncio.StreamWriter, body: bytes) -> bytes:
+    for event in body.split(b"\n\n")[:-1]:
+        writer.write(chunk(event + b"\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.002)
+    writer.write(b"0\r\n\r\n")
+    return body
+
+
+async def send_at_once(writer: asyncio.StreamWriter, body: bytes) -> bytes:
+    # More than the pipe holds before it pauses the connection, in one write.
+    events = body.split(b"\n\n")[:-1]
+    writer.write(chunk(events[0] + b"\n\n"))  # the one the task reads, before the pipe
+    await writer.drain()
+    await asyncio.sleep(0.01)
+    filler = (events[1] + b"\n\n") * (2 * HELD_MAX // len(events[1]))
+    writer.write(chunk(filler) + chunked(b"\n\n".join(events[1:]) + b"\n\n"))
+    return events[0] + b"\n\n" + filler + b"\n\n".join(events[1:]) + b"\n\n"
+
+
+async def send_the_end_after_done(writer: asyncio.StreamWriter, body: bytes) -> bytes:
+    # The last chunk after a pause: the stream was over for the pipe before its body was.
+    events = body.split(b"\n\n")[:-1]
+    for event in events:
+        writer.write(chunk(event + b"\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.002)
+    await asyncio.sleep(0.05)
+    writer.write(b"0\r\n\r\n")
+    return body
+
+
+@pytest.mark.parametrize(
+    "send",
+    [send_event_by_event, send_at_once, send_the_end_after_done],
+    ids=["event by event", "at once", "the end after [DONE]"],
+)
+async def test_streams_in_turn_on_one_pooled_connection_each_get_their_own_body(
+    send: Callable[[asyncio.StreamWriter, bytes], Awaitable[bytes]],
+) -> None:
+    """The connection goes back to the pool once the parser has ended the body, and only then:
+    the next stream on it is read from its own start, and taken afresh."""
+    loop = asyncio.get_running_loop()
+    bodies = [STREAM, SECOND]
+    sent: list[bytes] = []
+    connections = 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            for body in bodies:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                writer.write(HEAD)
+                sent.append(await send(writer, body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connector = connection_pool()
+    destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
+    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
+    client = UpstreamClient(connector)
+    deadlines = Deadlines(loop)
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    transport, protocol = await loop.connect_accepted_socket(Client, ours)
+    protocols = []
+    try:
+        for index in range(len(bodies)):
+            response = await client.send(destination, target, b"{}", stream=True)
+            protocols.append(response.content._protocol)
+            assert response.takeable
+            decoder = SSEDecoder()
+            stream_normalizer = normalizer()
+            first = await response.content.readany()  # as the task reads the first event
+            transport.write(
+                chunk(b"".join(frames_for(stream_normalizer, decoder.feed(first), False)))
+            )
+            pipe = Pipe(
+                response.content,
+                decoder,
+                stream_normalizer,
+                transport,
+                chunked=True,
+                timer=Deadline(deadlines),
+                idle=IDLE,
+                deadline=loop.time() + 60,
+                exchange=Exchange(request_id="t", endpoint="chat", started=perf_counter()),
+                relays=Relays(loop),
+                direct=True,
+            )
+            reading = asyncio.ensure_future(read_all(theirs))
+            while not (last := await asyncio.wait_for(pipe.flow(), 10)):
+                await protocol.writable.wait()
+            transport.write(chunk(b"".join(last)))
+            if pipe.data:  # as the relay does: read on to the body's end, to reuse the connection
+                while await asyncio.wait_for(response.content.readany(), 5):
+                    pass
+            response.close()
+            got = await reading
+            assert dechunk(got) == expected(sent[index])
+            if send is send_event_by_event:
+                assert pipe.taking
+            upstream = response.content._protocol
+            assert isinstance(upstream, UpstreamProtocol) and upstream.sink is None
+        assert protocols[0] is protocols[1] and connections == 1
+    finally:
+        deadlines.close()
+        transport.close()
+        theirs.close()
+        server.close()
+        await server.wait_closed()
+        await connector.close()
+
+
+async def read_all(sock: socket.socket, quiet: float = 0.3) -> bytes:
+    loop = asyncio.get_running_loop()
+    got: list[bytes] = []
+    while True:
+        try:
+            data = await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), quiet)
+        except TimeoutError:
+            return b"".join(got)
+        got.append(data)
+
+
+async def test_a_taken_body_s_connection_is_not_reused_when_its_stream_is_abandoned(
+    rig: Rig,
+) -> None:
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    await rig.send(chunk(STREAM.split(b"\n\n")[0] + b"\n\n"))
+    await asyncio.sleep(0.01)
+    flowing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flowing
+    protocol = rig.response.content._protocol
+    assert isinstance(protocol, UpstreamProtocol)
+    assert protocol.sink is None
+    # Taken, its parser no longer knows where the body is; read, the body is not over yet.
+    assert protocol.should_close
