@@ -24,6 +24,8 @@ MAX_LINE: Final = 4096
 # whitespace and extensions; the line's CRLF is not part of it.
 _SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
 
+_HEX: Final = b"0123456789ABCDEFabcdef"
+
 _LINE: Final = 0  # reading a size line (``_line`` holds what came of it so far)
 _DATA: Final = 1  # reading a chunk's data (``_left`` bytes of it to come)
 _CR: Final = 2  # the CR after a chunk's data to come
@@ -33,6 +35,8 @@ _LAST: Final = 4  # the last chunk's size line was read: the rest is not ours
 
 def _size(line: bytes) -> int:
     """The size of a chunk from its size line (without its CRLF)."""
+    if line and len(line) <= 15 and not line.strip(_HEX):
+        return int(line, 16)  # the usual line, hexadecimal digits alone: no match needed
     match = _SIZE.fullmatch(line)
     if match is None:
         raise UpstreamProtocolError("The upstream's chunked body has a malformed chunk size")
