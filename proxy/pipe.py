@@ -15,10 +15,14 @@ decodes and normalizes it, and writes the frames straight to the client's transp
 the response's headers said. The handler's task waits only for what needs it (``flow``): the
 normalizer's last frames, whose write ends the response, or a client that is not reading
 (its transport holds more than its high-water mark), for whom the task waits until it drained.
+A pipe may also take a chunked body from the connection itself, past aiohttp's parser and
+reader (``Pipe``'s doc says how).
 
 The task's deadline still bounds every wait: each step moves it to the idle limit, and its
 expiry cancels the task, which disarms the pipe. ``PIPES`` is False if aiohttp's reader no longer
-has its ``_waiter``; the relay then reads in its task as before (tests/test_pipe.py fails then).
+has its ``_waiter``; the relay then reads in its task as before; ``TAKING`` is False if it no
+longer says where its chunks end, and pipes then leave every body to it (tests/test_pipe.py
+fails in either case).
 """
 
 from __future__ import annotations
@@ -135,7 +139,9 @@ class Pipe:
     parser, which ends the message as it would have (the reader's end, which wakes the pipe,
     and the connection back to the pool, once the pipe has let go). The pipe stays the
     reader's waiter all along, so that a connection lost or a parser's error reaches it.
-    bench/ab.py, slow-1000: README, "Performance".
+    bench/ab.py e4564b2, slow-1000, CPU per stream: 0.966x and 0.965x (9 rounds of 10 s each),
+    0.988x (7 rounds); a read of one event, in a loop: 0.9 µs in the decoder against 1.5 in
+    aiohttp's parser and reader.
     """
 
     __slots__ = (
