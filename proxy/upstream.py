@@ -306,9 +306,13 @@ class UpstreamProtocol(ResponseHandler):
 
     def data_received(self, data: bytes) -> None:
         sink = self.sink
-        if sink is not None:
+        if sink is None:
+            self.parse(data)
+        else:
             sink.received(data)
-            return
+
+    def parse(self, data: bytes) -> None:
+        """Feed aiohttp's parser ``data``, as a read does without a sink."""
         body = self._payload
         super().data_received(data)
         # aiohttp's parser refused what came (a malformed chunk, say): it tells the protocol
@@ -322,10 +326,6 @@ class UpstreamProtocol(ResponseHandler):
             and not body.is_eof()
         ):
             body.set_exception(failure)
-
-    def parse(self, data: bytes) -> None:
-        """Feed aiohttp's parser ``data``, as a read would without a sink."""
-        super().data_received(data)
 
     @property
     def should_close(self) -> bool:

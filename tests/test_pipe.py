@@ -494,6 +494,21 @@ async def test_framing_broken_after_the_body_was_taken_ends_the_stream_with_an_e
     assert isinstance(protocol, UpstreamProtocol) and protocol.should_close
 
 
+async def test_framing_broken_before_the_body_was_taken_ends_the_stream_with_an_error(
+    rig: Rig,
+) -> None:
+    """The read the parser refuses comes while a pipe only watches for a chunk's end: the
+    reader is told all the same."""
+    pipe = rig.pipe()
+    flowing = asyncio.ensure_future(pipe.flow())
+    await asyncio.sleep(0.01)
+    await rig.send(b"zz\r\nhello\r\n")  # no chunk size
+    last = await asyncio.wait_for(flowing, 10)
+    assert not pipe.taking
+    assert len(last) == 1 and orjson.loads(last[0].removeprefix(b"data: "))["error"]
+    assert rig.normalizer.error is not None and rig.normalizer.error.error_type == "upstream_error"
+
+
 SECOND = (FIXTURES / "groq.chat.stream.sse").read_bytes()
 
 
