@@ -282,11 +282,8 @@ class Pipe:
         try:
             payload, rest = chunks.feed(data)
         except UpstreamProtocolError as exc:
-            # What aiohttp's parser would refuse too: the connection is of no further use.
+            # What aiohttp's parser would refuse too: letting go closes the connection.
             self._let_go()
-            transport = protocol.transport
-            if transport is not None:
-                transport.close()
             self._content.set_exception(TransferEncodingError(exc.message))
             return
         if payload and not self._normalizer.ended:  # once it has, the rest is not wanted

@@ -658,5 +658,12 @@ async def test_a_taken_body_s_connection_is_not_reused_when_its_stream_is_abando
     protocol = rig.response.content._protocol
     assert isinstance(protocol, UpstreamProtocol)
     assert protocol.sink is None
-    # Taken, its parser no longer knows where the body is; read, the body is not over yet.
-    assert protocol.should_close
+    assert protocol.should_close  # either way, the body is not over for aiohttp's parser
+    assert pipe.taking is rig.direct
+    if rig.direct:
+        # Its parser no longer knows where the body is: the connection is closed, and the
+        # reader's next read is an error, not the upstream's bytes read out of place.
+        assert protocol.transport is None or protocol.transport.is_closing()
+        await rig.send(chunk(STREAM.split(b"\n\n")[1] + b"\n\n"))
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await asyncio.wait_for(rig.response.content.readany(), 5)
