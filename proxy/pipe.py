@@ -139,9 +139,9 @@ class Pipe:
     parser, which ends the message as it would have (the reader's end, which wakes the pipe,
     and the connection back to the pool, once the pipe has let go). The pipe stays the
     reader's waiter all along, so that a connection lost or a parser's error reaches it.
-    bench/ab.py e4564b2, slow-1000, CPU per stream: 0.966x and 0.965x (9 rounds of 10 s each),
-    0.988x (7 rounds); a read of one event, in a loop: 0.9 µs in the decoder against 1.5 in
-    aiohttp's parser and reader.
+    bench/ab.py e4564b2, slow-1000, CPU per stream: 0.966x, 0.965x and 0.987x (9 rounds of 10 s
+    each), 0.988x (7 rounds); a read of one event, in a loop: 0.9 µs in the decoder against 1.5
+    in aiohttp's parser and reader.
     """
 
     __slots__ = (
