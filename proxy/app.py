@@ -34,6 +34,7 @@ from proxy.errors import (
 )
 from proxy.exchange import Exchange
 from proxy.pipe import Relays
+from proxy.reply import JsonReply
 from proxy.state import Observer, Runtime, State
 from proxy.upstream import UpstreamClient, connection_pool
 
@@ -54,11 +55,9 @@ _API: Final[Mapping[str, tuple[str, Literal["chat", "completions", "models"]]]] 
 _GET: Final = ("GET", "HEAD")  # a GET route answers HEAD too (aiohttp drops the body)
 
 
-def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> web.Response:
+def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> JsonReply:
     status, body = to_openai_error(exc)
-    return web.Response(
-        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
-    )
+    return JsonReply(orjson.dumps(body), status=status, headers=headers)
 
 
 def _error_headers(exc: ProxyError) -> dict[str, str] | None:
@@ -210,14 +209,14 @@ class Gateway:
         return await handler(request)
 
     @staticmethod
-    def _failed(exchange: Exchange, exc: ProxyError) -> web.Response:
+    def _failed(exchange: Exchange, exc: ProxyError) -> JsonReply:
         exchange.failure = exc
         exchange.status = exc.http_status
         if isinstance(exc, UpstreamError):
             exchange.upstream_error = exc.kind
         return error_response(exc, _error_headers(exc))
 
-    def _models(self, request: web.BaseRequest, exchange: Exchange) -> web.Response:
+    def _models(self, request: web.BaseRequest, exchange: Exchange) -> JsonReply:
         runtime = self.state.runtime
         team = runtime.keyring.identify(request.headers.get("Authorization"))
         exchange.team = team.name
@@ -231,14 +230,12 @@ class Gateway:
             }
             for name in runtime.models.allowed(team)
         ]
-        return web.Response(
-            body=orjson.dumps({"object": "list", "data": data}), content_type="application/json"
-        )
+        return JsonReply(orjson.dumps({"object": "list", "data": data}))
 
     async def _healthz(self, request: web.BaseRequest) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    async def _readyz(self, request: web.BaseRequest) -> web.Response:
+    async def _readyz(self, request: web.BaseRequest) -> web.StreamResponse:
         if not self.state.ready:
             return error_response(
                 ServiceUnavailable("The proxy is not ready (starting or shutting down)")

@@ -39,6 +39,7 @@ from proxy.relay import (
     send_large,
     whole_arrived,
 )
+from proxy.reply import JsonReply
 from proxy.request import ClientRequest, parse_request, upstream_body
 from proxy.state import Runtime, State
 
@@ -137,11 +138,9 @@ async def handle_completion(
             raise
         # A stream that broke after its first byte is the deployment's failure all the same.
         _circuit(state, model, deployment, plan.report(loop.time(), exchange.failure))
-        if isinstance(response, web.Response):
-            body = response.body
-            if isinstance(body, bytes) and len(body) > SENT_AT_ONCE:
-                response.headers["X-Request-Id"] = exchange.request_id
-                await send_large(request, response, exchange, provider.timeouts.idle)
+        if isinstance(response, JsonReply) and len(response.body) > SENT_AT_ONCE:
+            response.headers["X-Request-Id"] = exchange.request_id
+            await send_large(request, response, exchange, provider.timeouts.idle)
         return response
     if last_error is not None:
         raise last_error

@@ -457,11 +457,11 @@ def _authorized(header: str | None, token: bytes) -> bool:
 
 def metrics_handler(
     exposition: Exposition, token: str | None = None
-) -> Callable[[web.BaseRequest], Awaitable[web.Response]]:
+) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
     """GET /metrics: the exposition, behind ``Authorization: Bearer <token>`` if one is set."""
     expected = token.encode() if token else None
 
-    async def handle(request: web.BaseRequest) -> web.Response:
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if expected is not None and not _authorized(request.headers.get("Authorization"), expected):
             return error_response(
                 AuthenticationFailed("/metrics requires the metrics bearer token"),

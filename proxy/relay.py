@@ -31,6 +31,7 @@ from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.pipe import PIPES, Pipe, Relays, frames_for
+from proxy.reply import JsonReply
 from proxy.sse import SSEDecoder
 from proxy.state import Observer
 from proxy.upstream import (
@@ -74,7 +75,7 @@ class Answer:
 
 def whole_arrived(
     response: UpstreamResponse, family: ApiFamily, ctx: RequestContext, exchange: Exchange
-) -> web.Response | None:
+) -> JsonReply | None:
     """A non-streamed answer that came whole with its headers (the usual small one), normalized
     into the client's response without a coroutine; None for any other (``relay_whole``)."""
     if response.content_type == "text/event-stream":
@@ -87,7 +88,7 @@ def whole_arrived(
     return _normalized(raw, family, ctx, exchange)
 
 
-async def relay_whole(answer: Answer, exchange: Exchange) -> web.Response:
+async def relay_whole(answer: Answer, exchange: Exchange) -> JsonReply:
     """A non-streamed answer that ``whole_arrived`` did not take (not all of it came with its
     headers, or it is an event stream): read it whole (bounded), normalize it, send it."""
     if answer.is_event_stream:
@@ -104,7 +105,7 @@ SENT_AT_ONCE: Final = 64 * 1024
 
 
 async def send_large(
-    request: web.BaseRequest, response: web.Response, exchange: Exchange, idle: float
+    request: web.BaseRequest, response: JsonReply, exchange: Exchange, idle: float
 ) -> None:
     """Send a whole answer larger than ``SENT_AT_ONCE`` here, within bounds, rather than leave
     it to aiohttp once the handler has returned: aiohttp waits for the client to take it with no
@@ -170,11 +171,11 @@ def _retrieved(task: asyncio.Future[None]) -> None:
 
 def _normalized(
     raw: bytes, family: ApiFamily, ctx: RequestContext, exchange: Exchange
-) -> web.Response:
+) -> JsonReply:
     normalized = family.response(raw, ctx)
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
-    return web.Response(body=normalized.body, content_type="application/json")
+    return JsonReply(normalized.body)
 
 
 async def relay_stream(
@@ -456,7 +457,7 @@ def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
         exchange.upstream_error = error.kind
 
 
-async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
+async def _stream_as_whole(answer: Answer, exchange: Exchange) -> JsonReply:
     """A whole answer was asked for but the upstream streamed: collect the stream, then answer."""
     normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
     decoder = SSEDecoder()
@@ -477,7 +478,7 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> web.Response:
     if normalizer.error is not None:
         raise normalizer.error
     usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
-    return web.Response(body=response_from_frames(frames, usage), content_type="application/json")
+    return JsonReply(response_from_frames(frames, usage))
 
 
 async def _whole_as_stream(

@@ -42,6 +42,7 @@ from proxy.collector import Collector
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError, InvalidRequest, ProxyError, error_body
 from proxy.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
+from proxy.reply import JsonReply
 
 log = logging.getLogger("proxy.server")
 
@@ -106,9 +107,7 @@ class _RequestHandler(web.RequestHandler):
             )
         else:
             error = ProxyError("The proxy failed to handle the request")
-        response = web.Response(
-            status=status, body=orjson.dumps(error_body(error)), content_type="application/json"
-        )
+        response = JsonReply(orjson.dumps(error_body(error)), status=status)
         response.force_close()  # what follows on this connection cannot be trusted either
         return response
 
