@@ -50,12 +50,14 @@ _PATHS: Final = {"chat": "/v1/chat/completions", "completions": "/v1/completions
 
 async def read_body(request: web.BaseRequest, limit: int, seconds: float) -> bytes:
     """The request body, refusing more than ``limit`` bytes and clients slower than ``seconds``."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes")
     content = request.content
     if content.is_eof() and content.total_bytes <= limit:
-        # The whole body came with the headers (the usual case): no waiting, no timer.
+        # The whole body came with the headers (the usual case): no waiting, no timer, and no
+        # Content-Length to parse (aiohttp's parser held the body to it).
         return content.read_nowait()
+    length = request.content_length
+    if length is not None and length > limit:
+        raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes")
     expect = request.headers.get("Expect")
     if expect is not None:
         await _continue(request, expect)
