@@ -89,10 +89,8 @@ class JsonReply(web.StreamResponse):
             raise ClientConnectionResetError("Cannot write to closing transport")
         out = self._head + body  # one write, one system call: a copy of a few KiB costs less
         transport.write(out)
-        writer.buffer_size += len(out)
-        writer.output_size += len(out)
         self._eof_sent = True
-        self._body_length = len(body)
+        self._body_length = len(out)  # head included, as aiohttp's writer counts it
         self._req = None
         self._payload_writer = None
         # As aiohttp's writer does: the next answer on this connection waits for a client that

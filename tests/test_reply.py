@@ -113,7 +113,7 @@ CASES = {
     "forced close, HTTP/1.0 keep-alive": ("POST", "close=1", "1.0", "Connection: keep-alive\r\n"),
     "empty body": ("POST", "size=0", "1.1", ""),
     # Past the transport's high-water mark: write_eof waits for the client to take it.
-    "200 KiB": ("POST", "size=409600", "1.1", ""),
+    "400 KiB": ("POST", "size=409600", "1.1", ""),
 }
 
 
