@@ -175,6 +175,15 @@ def floor_lines(results: Results) -> list[str]:
     return lines
 
 
+def cpu_per_request(row: Row) -> float | None:
+    """The gateway's CPU time per request (or stream) in its trial, in µs: steadier than its rate
+    on a shared machine, where what the others do takes cores from it and its rate with them."""
+    rate = row.outcome.rate
+    if row.cpu_pct is None or not rate:
+        return None
+    return row.cpu_pct / 100 / rate * 1e6
+
+
 def ratio_lines(results: Results, peers: list[str]) -> list[str]:
     lines = []
     for peer in peers:
@@ -187,9 +196,12 @@ def ratio_lines(results: Results, peers: list[str]) -> list[str]:
             rate = a.rate / b.rate if a.rate and b.rate else None
             p50 = a.p50_ms / b.p50_ms if a.p50_ms and b.p50_ms else None
             mem = ours.total_mb / theirs.total_mb if ours.total_mb and theirs.total_mb else None
+            ours_cpu, their_cpu = cpu_per_request(ours), cpu_per_request(theirs)
+            cpu = ours_cpu / their_cpu if ours_cpu and their_cpu else None
             parts.append(
                 f"  {name:<10} throughput {_num(rate, 2):>7}x   p50 {_num(p50, 3):>7}x"
-                f"   RSS {_num(mem, 2):>6}x"
+                f"   RSS {_num(mem, 2):>6}x   CPU per request {_num(cpu, 2):>6}x"
+                + (f" ({ours_cpu:,.0f} vs {their_cpu:,.0f} µs)" if cpu else "")
             )
         if parts:
             lines.append(f"ours/{peer}:")

@@ -12,11 +12,12 @@ server and client on uvloop, N workers, passing requests through and nothing els
 LiteLLM's proxy and TensorZero's gateway installed in a separate virtualenv by bench/setup.sh.
 Load comes from wrk (bench/post.lua) and, for the concurrent slow streams, from
 bench/streams.py in its own process. plain-64 and slow-1000 are measured several times (--trials;
-the median trial counts), and slow-1000's trials of direct and ours in turn, while ours is up:
-its target is ours against direct. Memory is read from /proc while each profile runs. Prints
-one table per profile, ours/floor and ours/peer ratios and each target of the issue as PASS or
-MISS (with, for information, what the floor achieves against it); writes the report to
-bench/out/latest.txt and latest.json.
+the median trial counts), and where a target is a ratio of ours to one other gateway, their
+trials are taken in turn while both are up (PAIRED): slow-1000's direct and ours, and with
+--peers plain-64's TensorZero and ours (TensorZero is started before ours, for that). Memory is
+read from /proc while each profile runs. Prints one table per profile, ours/floor and ours/peer
+ratios and each target of the issue as PASS or MISS (with, for information, what the floor
+achieves against it); writes the report to bench/out/latest.txt and latest.json.
 
 Everything listens on 127.0.0.1 on free ports; every process started is stopped at the end,
 also on Ctrl-C; every load is bounded in time.
@@ -63,12 +64,15 @@ TRIED = {
     "plain-64": {"direct", "ours", "floor", "tensorzero", "litellm"},
     "slow-1000": {"direct", "ours", "floor"},
 }
-# The profile whose target is ours against direct: their trials are taken in turn, each pair in
-# the other order from the last (direct then ours, ours then direct, ...), while ours is up.
-# Measured in blocks, like the rest, direct's trials ran minutes before ours', on whatever the
-# machine was doing then (its own TTFT p99 went from 56 to 72 ms over the trials of 2026-11-30's
-# morning).
-PAIRED = "slow-1000"
+# The profiles whose target is a ratio of ours to one other gateway, and that gateway: their
+# trials are taken in turn, each pair in the other order from the last (the partner then ours,
+# ours then the partner, ...), while both are up (the partner idle during ours' trials, and the
+# other way round). Measured in blocks, like the rest, one's trials ran minutes before the
+# other's, on whatever the machine was doing then: direct's own TTFT p99 went from 56 to 72 ms
+# over the trials of 2026-11-30's morning, and in three full runs that evening TensorZero's
+# plain-64 moved between 4,136 and 5,104 req/s from run to run and ours' trials fell by 14 %
+# within one block (7,215 to 6,220), so that the ratio told as much of the moment as of the two.
+PAIRED = {"slow-1000": "direct", "plain-64": "tensorzero"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -186,6 +190,9 @@ class Run:
         self.notes: list[str] = []
         self.services: list[Service] = []
         self.direct: Gateway | None = None  # nginx itself, once it runs
+        # By profile, the gateway ours' trials take turns with (PAIRED), once ours' block comes.
+        self.partners: dict[str, Gateway] = {}
+        self.started: dict[str, Gateway] = {}  # peers started early, as partners
 
     def say(self, text: str = "", keep: bool = True) -> None:
         print(text, flush=True)
@@ -209,42 +216,61 @@ class Run:
             self.notes[-1] += f"; {counts}"
         for name in self.profiles:
             profile = load.PROFILES[name]
-            paired = name == PAIRED and gateway.name in ("direct", "ours")
-            if paired and gateway.name == "direct":
-                continue  # in turn with ours' trials (_paired)
+            partner = self.partners.get(name)
+            if gateway.name == PAIRED.get(name) and (
+                gateway.name == "direct" or gateway.name in self.results[name]
+            ):
+                continue  # in turn with ours' trials (_paired): direct's once ours is up
             if profile.kind in broken:
                 if name != "soak" or gateway.name == "ours":
                     failed = load.Outcome(failed=broken[profile.kind])
                     self.results[name][gateway.name] = report.Row(gateway.name, failed)
-                if paired:
-                    self._paired(None)
+                if gateway.name == "ours" and partner is not None:
+                    self._paired(name, partner, None)
                 continue
-            if paired:
-                self._paired(gateway)
-                continue
-            if name == "soak":
+            if gateway.name == "ours" and partner is not None:
+                self._paired(name, partner, gateway)
+            elif name == "soak":
                 if gateway.name == "ours":
                     self._wait_quiet()
                     self._soak(gateway)
                 continue
-            trials = self.args.trials if gateway.name in TRIED.get(name, ()) else 1
-            rows = [self._quiet_trial(gateway, profile) for _ in range(max(1, trials))]
-            self.results[name][gateway.name] = report.median_trial(name, rows)
+            else:
+                trials = self.args.trials if gateway.name in TRIED.get(name, ()) else 1
+                rows = [self._quiet_trial(gateway, profile) for _ in range(max(1, trials))]
+                self.results[name][gateway.name] = report.median_trial(name, rows)
             if name == "plain-64" and gateway.name == "ours" and self.args.profile_py_spy:
                 self._py_spy(gateway, profile)
 
-    def _paired(self, ours: Gateway | None) -> None:
-        """PAIRED's trials of direct and ours in turn (direct's alone if ours cannot be
-        measured); the median trial of each counts."""
-        assert self.direct is not None
-        profile = load.PROFILES[PAIRED]
-        pair = [self.direct] if ours is None else [self.direct, ours]
+    def _paired(self, name: str, partner: Gateway, ours: Gateway | None) -> None:
+        """``name``'s trials of ``partner`` and ours in turn (the partner's alone if ours cannot
+        be measured); the median trial of each counts."""
+        profile = load.PROFILES[name]
+        pair = [partner] if ours is None else [partner, ours]
         rows: dict[str, list[report.Row]] = {gateway.name: [] for gateway in pair}
         for trial in range(max(1, self.args.trials)):
             for gateway in pair if trial % 2 == 0 else pair[::-1]:
                 rows[gateway.name].append(self._quiet_trial(gateway, profile))
-        for name, tried in rows.items():
-            self.results[PAIRED][name] = report.median_trial(PAIRED, tried)
+        for gateway_name, tried in rows.items():
+            self.results[name][gateway_name] = report.median_trial(name, tried)
+
+    def _start_partners(self, names: list[str], nginx_port: int) -> None:
+        """Before ours' block: the partners ours' trials take turns with (PAIRED), up and able
+        to answer; one that cannot is measured in its own block as the others are."""
+        assert self.direct is not None
+        for name in self.profiles:
+            partner = PAIRED.get(name)
+            if partner == "direct":
+                self.partners[name] = self.direct
+            elif partner in names and partner is not None:
+                gateway = self.started.get(partner)
+                if gateway is None:
+                    try:
+                        gateway = self.started[partner] = self.start(partner, nginx_port)
+                    except RuntimeError:
+                        continue  # its own block says so
+                if load.check_request(gateway, load.PROFILES[name].kind) is None:
+                    self.partners[name] = gateway
 
     def _quiet_trial(self, gateway: Gateway, profile: load.Profile) -> report.Row:
         """One trial; one disturbed by other processes is measured again, and the quietest
@@ -459,14 +485,19 @@ class Run:
         self.direct = gateways.direct(nginx, nginx_port)
         for name in names:
             self.say(f"{name}:", keep=False)
+            if name == "ours":
+                self._start_partners(names, nginx_port)
             gateway = self.direct
             if name != "direct":
                 try:
-                    gateway = self.start(name, nginx_port)
+                    early = self.started.pop(name, None)
+                    gateway = early if early is not None else self.start(name, nginx_port)
                 except RuntimeError as exc:
                     self.say(f"  {name} could not be started: {exc}")
-                    if name == "ours" and PAIRED in self.profiles:
-                        self._paired(None)
+                    if name == "ours":
+                        for profile, partner in self.partners.items():
+                            if partner is self.direct:
+                                self._paired(profile, partner, None)
                     continue
             self.notes.append(f"{name}: {gateway.note}")
             try:
