@@ -12,12 +12,13 @@ server and client on uvloop, N workers, passing requests through and nothing els
 LiteLLM's proxy and TensorZero's gateway installed in a separate virtualenv by bench/setup.sh.
 Load comes from wrk (bench/post.lua) and, for the concurrent slow streams, from
 bench/streams.py in its own process. plain-64 and slow-1000 are measured several times (--trials;
-the median trial counts), and where a target is a ratio of ours to one other gateway, their
-trials are taken in turn while both are up (PAIRED): slow-1000's direct and ours, and with
---peers plain-64's TensorZero and ours (TensorZero is started before ours, for that). Memory is
-read from /proc while each profile runs. Prints one table per profile, ours/floor and ours/peer
-ratios and each target of the issue as PASS or MISS (with, for information, what the floor
-achieves against it); writes the report to bench/out/latest.txt and latest.json.
+the median trial counts), and where a target compares ours with other gateways, their trials
+are taken in turn while they are up (PAIRED): slow-1000's direct and ours, and with --peers
+plain-64's TensorZero, LiteLLM and ours (the peers are started for that within ours' block, and
+again for their own). Memory is read from /proc while each profile runs. Prints one table per
+profile, ours/floor and ours/peer ratios and each target of the issue as PASS or MISS (with, for
+information, what the floor achieves against it); writes the report to bench/out/latest.txt and
+latest.json.
 
 Everything listens on 127.0.0.1 on free ports; every process started is stopped at the end,
 also on Ctrl-C; every load is bounded in time.
@@ -49,12 +50,23 @@ import hotspots
 import load
 import report
 from gateways import Gateway
-from procs import MemorySampler, Service, busy_strangers, free_port, rss_mb, wait_http
+from procs import (
+    MemorySampler,
+    Service,
+    busy_strangers,
+    cpu_seconds,
+    free_port,
+    rss_mb,
+    wait_http,
+)
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 DEFAULT_PEER_VENV = ROOT / ".bench-venv"
 DISTURBED_PCT = 15  # CPU % of one core used by processes outside the run
+# A gateway is idle, after a trial, below this CPU % of one core; it is waited for so long.
+SETTLED_PCT = 5
+SETTLE_MAX = 30
 APT = "apt-get update && apt-get install -y nginx-light wrk libnginx-mod-http-echo"
 # The profiles whose targets stand or fall by a margin within a single trial's noise here, and
 # the gateways each is measured on several times (--trials): plain-64's ratios to the peers,
@@ -64,15 +76,16 @@ TRIED = {
     "plain-64": {"direct", "ours", "floor", "tensorzero", "litellm"},
     "slow-1000": {"direct", "ours", "floor"},
 }
-# The profiles whose target is a ratio of ours to one other gateway, and that gateway: their
-# trials are taken in turn, each pair in the other order from the last (the partner then ours,
-# ours then the partner, ...), while both are up (the partner idle during ours' trials, and the
-# other way round). Measured in blocks, like the rest, one's trials ran minutes before the
-# other's, on whatever the machine was doing then: direct's own TTFT p99 went from 56 to 72 ms
-# over the trials of 2026-11-30's morning, and in three full runs that evening TensorZero's
-# plain-64 moved between 4,136 and 5,104 req/s from run to run and ours' trials fell by 14 %
-# within one block (7,215 to 6,220), so that the ratio told as much of the moment as of the two.
-PAIRED = {"slow-1000": "direct", "plain-64": "tensorzero"}
+# The profiles whose targets compare ours with other gateways, and those gateways: their trials
+# are taken in turn, each round in the other order from the last (the partners then ours, ours
+# then the partners, ...), while they are all up (idle but for their own trials); the targets
+# are judged by the median of the rounds' ratios (bench/report.py). Measured in blocks, like the
+# rest, one's trials ran minutes before the other's, on whatever the machine was doing then:
+# direct's own TTFT p99 went from 56 to 72 ms over the trials of 2026-11-30's morning, and in
+# one full run that evening every gateway's plain-64 rose by a third within its block (ours'
+# from 5,631 to 7,651 req/s, TensorZero's from 4,015 to 5,910), and the floor, measured after
+# ours, beat it by 1.27x where it had trailed by 1.10x an hour before.
+PAIRED = {"slow-1000": ("direct",), "plain-64": ("tensorzero", "litellm")}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -190,9 +203,8 @@ class Run:
         self.notes: list[str] = []
         self.services: list[Service] = []
         self.direct: Gateway | None = None  # nginx itself, once it runs
-        # By profile, the gateway ours' trials take turns with (PAIRED), once ours' block comes.
-        self.partners: dict[str, Gateway] = {}
-        self.started: dict[str, Gateway] = {}  # peers started early, as partners
+        self.names: list[str] = []  # the gateways measured, in order
+        self.nginx_port = 0
 
     def say(self, text: str = "", keep: bool = True) -> None:
         print(text, flush=True)
@@ -216,8 +228,8 @@ class Run:
             self.notes[-1] += f"; {counts}"
         for name in self.profiles:
             profile = load.PROFILES[name]
-            partner = self.partners.get(name)
-            if gateway.name == PAIRED.get(name) and (
+            partners = PAIRED.get(name, ())
+            if gateway.name in partners and (
                 gateway.name == "direct" or gateway.name in self.results[name]
             ):
                 continue  # in turn with ours' trials (_paired): direct's once ours is up
@@ -225,11 +237,11 @@ class Run:
                 if name != "soak" or gateway.name == "ours":
                     failed = load.Outcome(failed=broken[profile.kind])
                     self.results[name][gateway.name] = report.Row(gateway.name, failed)
-                if gateway.name == "ours" and partner is not None:
-                    self._paired(name, partner, None)
+                if gateway.name == "ours" and "direct" in partners:
+                    self._paired(name, [self._direct()], None)
                 continue
-            if gateway.name == "ours" and partner is not None:
-                self._paired(name, partner, gateway)
+            if gateway.name == "ours" and partners:
+                self._with_partners(name, gateway)
             elif name == "soak":
                 if gateway.name == "ours":
                     self._wait_quiet()
@@ -242,35 +254,64 @@ class Run:
             if name == "plain-64" and gateway.name == "ours" and self.args.profile_py_spy:
                 self._py_spy(gateway, profile)
 
-    def _paired(self, name: str, partner: Gateway, ours: Gateway | None) -> None:
-        """``name``'s trials of ``partner`` and ours in turn (the partner's alone if ours cannot
-        be measured); the median trial of each counts."""
-        profile = load.PROFILES[name]
-        pair = [partner] if ours is None else [partner, ours]
-        rows: dict[str, list[report.Row]] = {gateway.name: [] for gateway in pair}
-        for trial in range(max(1, self.args.trials)):
-            for gateway in pair if trial % 2 == 0 else pair[::-1]:
-                rows[gateway.name].append(self._quiet_trial(gateway, profile))
-        for gateway_name, tried in rows.items():
-            self.results[name][gateway_name] = report.median_trial(name, tried)
-
-    def _start_partners(self, names: list[str], nginx_port: int) -> None:
-        """Before ours' block: the partners ours' trials take turns with (PAIRED), up and able
-        to answer; one that cannot is measured in its own block as the others are."""
+    def _direct(self) -> Gateway:
         assert self.direct is not None
-        for name in self.profiles:
-            partner = PAIRED.get(name)
+        return self.direct
+
+    def _with_partners(self, name: str, ours: Gateway) -> None:
+        """``name``'s trials of ours in turn with its partners (PAIRED) that this run measures:
+        direct, which is always up, and peers started for the while (and again for their own
+        block, which then skips ``name``), so that they are idle through no other profile of
+        ours. A peer that cannot start or answer is left to its own block."""
+        kind = load.PROFILES[name].kind
+        partners: list[Gateway] = []
+        for partner in PAIRED[name]:
             if partner == "direct":
-                self.partners[name] = self.direct
-            elif partner in names and partner is not None:
-                gateway = self.started.get(partner)
-                if gateway is None:
-                    try:
-                        gateway = self.started[partner] = self.start(partner, nginx_port)
-                    except RuntimeError:
-                        continue  # its own block says so
-                if load.check_request(gateway, load.PROFILES[name].kind) is None:
-                    self.partners[name] = gateway
+                partners.append(self._direct())
+            elif partner in self.names:
+                try:
+                    gateway = self.start(partner, self.nginx_port)
+                except RuntimeError:
+                    continue
+                if load.check_request(gateway, kind) is None:
+                    partners.append(gateway)
+                else:
+                    gateway.stop()
+        try:
+            self._paired(name, partners, ours)
+        finally:
+            for gateway in partners:
+                if gateway is not self.direct:
+                    gateway.stop()
+
+    def _paired(self, name: str, partners: list[Gateway], ours: Gateway | None) -> None:
+        """``name``'s trials of ``partners`` and ours in turn (the partners' alone if ours
+        cannot be measured), each round in the other order from the last; the median trial of
+        each counts."""
+        profile = load.PROFILES[name]
+        turn = partners if ours is None else [*partners, ours]
+        rows: dict[str, list[report.Row]] = {gateway.name: [] for gateway in turn}
+        for trial in range(max(1, self.args.trials)):
+            for gateway in turn if trial % 2 == 0 else turn[::-1]:
+                rows[gateway.name].append(self._quiet_trial(gateway, profile))
+                self._settle(gateway)
+        paired = ours is not None and len(turn) > 1
+        for gateway_name, tried in rows.items():
+            row = report.median_trial(name, tried)
+            self.results[name][gateway_name] = dataclasses.replace(row, paired=paired)
+
+    def _settle(self, gateway: Gateway) -> None:
+        """Wait, up to SETTLE_MAX seconds, until ``gateway`` is idle: the load generator stops
+        at its time, but a gateway slower than its load still works through what was sent (a
+        second and more for LiteLLM, whose p99 is over a second), on the CPU the next gateway's
+        trial would be measured on."""
+        deadline = time.monotonic() + SETTLE_MAX
+        while time.monotonic() < deadline:
+            pids = gateway.processes()
+            before = cpu_seconds(pids)
+            time.sleep(0.5)
+            if 100 * (cpu_seconds(pids) - before) / 0.5 < SETTLED_PCT:
+                return
 
     def _quiet_trial(self, gateway: Gateway, profile: load.Profile) -> report.Row:
         """One trial; one disturbed by other processes is measured again, and the quietest
@@ -482,22 +523,20 @@ class Run:
         wait_http(f"http://127.0.0.1:{nginx_port}/healthz", nginx, 10)
         names = ["direct", "ours"] + ([] if args.no_floor else ["floor"])
         names += ["tensorzero", "litellm"] if args.peers else []
+        self.names, self.nginx_port = names, nginx_port
         self.direct = gateways.direct(nginx, nginx_port)
         for name in names:
             self.say(f"{name}:", keep=False)
-            if name == "ours":
-                self._start_partners(names, nginx_port)
             gateway = self.direct
             if name != "direct":
                 try:
-                    early = self.started.pop(name, None)
-                    gateway = early if early is not None else self.start(name, nginx_port)
+                    gateway = self.start(name, nginx_port)
                 except RuntimeError as exc:
                     self.say(f"  {name} could not be started: {exc}")
                     if name == "ours":
-                        for profile, partner in self.partners.items():
-                            if partner is self.direct:
-                                self._paired(profile, partner, None)
+                        for profile in self.profiles:
+                            if "direct" in PAIRED.get(profile, ()):
+                                self._paired(profile, [self.direct], None)
                     continue
             self.notes.append(f"{name}: {gateway.note}")
             try:
