@@ -348,13 +348,22 @@ class _Connector(aiohttp.TCPConnector):
         self._factory = cast("partial[ResponseHandler]", partial(UpstreamProtocol, loop=self._loop))
 
 
-def connection_pool() -> aiohttp.TCPConnector:
-    """The pool of upstream connections of one process: keep-alive, any number per host (the
-    limit is on the whole), DNS answers kept five minutes."""
+# How long an idle upstream connection is kept for the next request: nginx's upstream default
+# (reqwest's, which TensorZero uses, is 90 s), not aiohttp's 15 s. Traffic comes in bursts, and
+# a burst that finds the pool emptied by a quiet spell opens its connections anew, each taking
+# three turns of a loop that is busy with the burst: at the start of 1,000 slow streams, 5 ms
+# each at the median and up to 44 ms (bench/run.py, slow-1000; README, "Performance").
+KEEPALIVE: Final = 60.0
+
+
+def connection_pool(keepalive: float = KEEPALIVE) -> aiohttp.TCPConnector:
+    """The pool of upstream connections of one process: connections kept ``keepalive`` seconds
+    when idle, any number per host (the limit is on the whole), DNS answers kept five minutes."""
     return _Connector(
         limit=1024,
         limit_per_host=0,
         ttl_dns_cache=300,
+        keepalive_timeout=keepalive,
         # aiohttp's cleanup of TLS transports left open (by Pythons before 3.12.8 and 3.13.1),
         # only where it is needed: asked for elsewhere, aiohttp warns (DeprecationWarning).
         enable_cleanup_closed=NEEDS_CLEANUP_CLOSED,

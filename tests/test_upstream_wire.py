@@ -25,7 +25,15 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.upstream import request_head
+from proxy.upstream import (
+    KEEPALIVE,
+    Destination,
+    Target,
+    UpstreamClient,
+    connection_pool,
+    read_whole,
+    request_head,
+)
 from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers, free_port
 from tests.replay import GOLDEN, Golden, check_stream, parse_frames
 from tests.schema import validate
@@ -410,6 +418,43 @@ async def test_connections_are_kept_alive_and_reused(servers: Servers, wire: Wir
     # port, so they may share one too).
     assert set(by_scenario) == set(framings)
     assert all(len(connections) == 1 for connections in by_scenario.values()), by_scenario
+
+
+@pytest.mark.parametrize(("keepalive", "connections"), [(0.1, 2), (KEEPALIVE, 1)])
+async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
+    keepalive: float, connections: int
+) -> None:
+    # Past its keep-alive, an idle connection is not taken again (aiohttp's connector judges
+    # it when one is asked for); within it, it is. KEEPALIVE itself is well past the idle time
+    # here: that it outlasts aiohttp's 15 s default is its value's to say, not a test's to wait.
+    opened: list[int] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened.append(len(opened))
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                writer.write(ANSWERS["length"][0])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connector = connection_pool(keepalive)
+    client = UpstreamClient(connector)
+    destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
+    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
+    try:
+        for _ in range(2):
+            response = await client.send(destination, target, b"{}", stream=False)
+            assert await read_whole(response, 1 << 20) == ANSWER
+            await asyncio.sleep(0.3)
+    finally:
+        await connector.close()
+        server.close()
+        await server.wait_closed()
+    assert len(opened) == connections
 
 
 async def test_a_connection_the_upstream_hung_up_is_not_reused(
