@@ -352,7 +352,7 @@ class _Connector(aiohttp.TCPConnector):
 # (reqwest's, which TensorZero uses, is 90 s), not aiohttp's 15 s. Traffic comes in bursts, and
 # a burst that finds the pool emptied by a quiet spell opens its connections anew, each taking
 # three turns of a loop that is busy with the burst: at the start of 1,000 slow streams, 5 ms
-# each at the median and up to 44 ms (bench/run.py, slow-1000; README, "Performance").
+# each at the median and up to 44 ms (a lab of bench/run.py's slow-1000; README, "Performance").
 KEEPALIVE: Final = 60.0
 
 

@@ -427,10 +427,11 @@ async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
     # Past its keep-alive, an idle connection is not taken again (aiohttp's connector judges
     # it when one is asked for); within it, it is. KEEPALIVE itself is well past the idle time
     # here: that it outlasts aiohttp's 15 s default is its value's to say, not a test's to wait.
-    opened: list[int] = []
+    opened = 0
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        opened.append(len(opened))
+        nonlocal opened
+        opened += 1
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
                 length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
@@ -454,7 +455,7 @@ async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
         await connector.close()
         server.close()
         await server.wait_closed()
-    assert len(opened) == connections
+    assert opened == connections
 
 
 async def test_a_connection_the_upstream_hung_up_is_not_reused(
