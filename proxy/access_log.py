@@ -1,4 +1,4 @@
-"""The access log: one JSON line per API request, written to stderr (or any file descriptor).
+"""The access log: one JSON line per API request, written to stderr (through the worker's Outlet).
 
 Fields (``access_record``): ts (ISO-8601 UTC, when the request finished), request_id, team,
 model, provider, endpoint, stream, status, error_type, upstream_error, prompt_tokens,
@@ -8,16 +8,14 @@ overhead_s, upstream_s, client_disconnected, fixes. The tokens are those the met
 header is ever written: the ``Exchange`` holds none of them.
 
 The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
-descriptor, without ``logging``, which cost about 9 us and one write(2) per line. Requests are
-reported every few milliseconds (``proxy.batch.REPORT_DELAY``), and the lines of one event-loop
-turn are written together, in writes of at most ``PIPE_BUF`` bytes cut at line ends: workers
-share their stderr pipe, and a write that size is never interleaved with another.
+worker's ``Outlet``, without ``logging``, which cost about 9 us and one write(2) per line.
+Requests are reported every few milliseconds (``proxy.batch.REPORT_DELAY``), and the lines of
+one event-loop turn go to the outlet together, which writes them in writes of at most
+``PIPE_BUF`` bytes cut at line ends, and never waits for a reader that has stalled.
 """
 
 from __future__ import annotations
 
-import os
-import select
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +31,7 @@ from proxy.metering import (
     status_of,
     time_to_first_token,
 )
+from proxy.outlet import Outlet
 from proxy.state import Observer
 
 
@@ -74,17 +73,15 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-# The most a write(2) to a pipe may carry and still be atomic (POSIX: at least 512; Linux 4096).
-_ATOMIC = select.PIPE_BUF
 _LINE = orjson.OPT_UTC_Z | orjson.OPT_APPEND_NEWLINE
 
 
 class AccessLog(Observer):
-    """Writes ``access_record`` of each finished request to ``fd`` as one line of JSON, made by
-    one ``orjson.dumps``; the lines of a loop turn are written together at its end."""
+    """Writes ``access_record`` of each finished request to ``outlet`` as one line of JSON, made
+    by one ``orjson.dumps``; the lines of a loop turn go out together at its end."""
 
-    def __init__(self, fd: int = 2, clock: Callable[[], datetime] = _now) -> None:
-        self._fd = fd
+    def __init__(self, outlet: Outlet, clock: Callable[[], datetime] = _now) -> None:
+        self._outlet = outlet
         self._clock = clock
         self._pending: list[bytes] = []
         self._batch = Batch(self.flush)
@@ -97,30 +94,7 @@ class AccessLog(Observer):
         self.flush()
 
     def flush(self) -> None:
-        """Write out the lines held so far."""
+        """Hand the lines held so far to the outlet."""
         lines, self._pending = self._pending, []
-        batch: list[bytes] = []
-        size = 0
-        for line in lines:
-            if batch and size + len(line) > _ATOMIC:
-                self._write(b"".join(batch))
-                batch, size = [], 0
-            batch.append(line)
-            size += len(line)
-        if batch:
-            self._write(b"".join(batch))
-
-    def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        try:
-            while view:
-                try:
-                    view = view[os.write(self._fd, view) :]
-                except BlockingIOError:
-                    # A non-blocking stderr (some supervisors make one) that is full: wait as a
-                    # blocking write would, rather than lose the lines.
-                    select.select([], [self._fd], [], 1.0)
-        except OSError:
-            # stderr closed or gone (EPIPE, EBADF): there is no one left to tell, and failing
-            # the requests, or the process, over their log lines would be worse.
-            return
+        if lines:
+            self._outlet.write(lines)

@@ -278,6 +278,11 @@ class ProxyMetrics(Observer):
                 GC_BUCKETS,
             )
         )
+        self.log_lines_dropped = counter(
+            "llm_proxy_log_lines_dropped_total",
+            "Lines of log (access or diagnostic) dropped: the workers' stderr was not being read.",
+            (),
+        )
         for result in ("success", "failure"):
             self.config_reloads(result)
         for collection in ("young", "full"):
@@ -416,6 +421,9 @@ class ProxyMetrics(Observer):
     def collected(self, full: bool, seconds: float) -> None:
         self._observe(self.gc_pauses("full" if full else "young"), _GC_BOUNDS, seconds)
         self._batch.touch()
+
+    def lines_dropped(self, count: int) -> None:
+        self._count(self.log_lines_dropped, count)
 
     def _route(
         self, team: str, model: str, provider: str, endpoint: str, stream: str, status: str

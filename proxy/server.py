@@ -24,7 +24,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -42,6 +42,7 @@ from proxy.collector import Collector
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError, InvalidRequest, ProxyError, error_body
 from proxy.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
+from proxy.outlet import Outlet, OutletHandler
 from proxy.reply import JsonReply
 
 log = logging.getLogger("proxy.server")
@@ -66,10 +67,11 @@ def run(loop_main: Callable[[], Any]) -> Any:
 
 
 def make_observers(
-    config: Config, registry: CollectorRegistry | None = None, access_log_fd: int = 2
+    config: Config, registry: CollectorRegistry | None = None, outlet: Outlet | None = None
 ) -> list[Observer]:
-    """The observers every worker runs with: metrics (on ``registry``) and the access log (to
-    ``access_log_fd``, stderr unless a test reads it elsewhere)."""
+    """The observers every worker runs with: metrics (on ``registry``) and the access log
+    (through ``outlet``, the worker's stderr unless a test reads it elsewhere; one made for
+    stderr if none is given)."""
     observers: list[Observer] = []
     if config.metrics.enabled:
         registry = registry if registry is not None else CollectorRegistry()
@@ -80,7 +82,7 @@ def make_observers(
         ]
         observers.append(ProxyMetrics(registry, config.providers, deployments))
     if config.access_log:
-        observers.append(AccessLog(access_log_fd))
+        observers.append(AccessLog(outlet if outlet is not None else Outlet(2)))
     return observers
 
 
@@ -186,13 +188,18 @@ async def serve_worker(
     registry = CollectorRegistry()
     exposition = Exposition(registry, metrics_dir)
     on_main = metrics.enabled and metrics.port is None
+    # The worker's stderr, for its access log and its diagnostics alike: never waited for.
+    outlet = Outlet(2)
     gateway = Gateway(
         config,
-        observers=make_observers(config, registry),
+        observers=make_observers(config, registry, outlet),
         extra_routes=metrics_routes(exposition, metrics.token) if on_main else None,
     )
     state = gateway.state
+    outlet.on_dropped = partial(_tell_dropped, state.observers)
     async with AsyncExitStack() as stack:
+        # Left after the observers' close (last in, first out), which hands it their last lines.
+        stack.enter_context(_logging_to(outlet))
         # Left last (last in, first out): once the listeners are down, the requests over and
         # reported (the gateway's close), the observers write out what they hold.
         stack.callback(_close_observers, state.observers)
@@ -261,6 +268,27 @@ async def serve_worker(
 def _tell_collected(state: State, full: bool, seconds: float) -> None:
     for observer in state.observers:
         observer.collected(full, seconds)
+
+
+def _tell_dropped(observers: Sequence[Observer], count: int) -> None:
+    for observer in observers:
+        observer.lines_dropped(count)
+
+
+@contextlib.contextmanager
+def _logging_to(outlet: Outlet) -> Iterator[None]:
+    """The process's diagnostics through ``outlet`` while the worker runs; the handlers it had
+    before, and ``outlet`` closed (its last lines written, for a while), after."""
+    root = logging.getLogger()
+    before = root.handlers[:]
+    handler = OutletHandler(outlet, asyncio.get_running_loop())
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root.handlers[:] = [handler]
+    try:
+        yield
+    finally:
+        root.handlers[:] = before
+        outlet.close()
 
 
 def _close_observers(observers: Sequence[Observer]) -> None:

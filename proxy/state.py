@@ -49,6 +49,10 @@ class Observer:
         """The worker's cycle collector ran (``proxy.collector``), in full or its young
         generations, and held the loop for ``seconds``."""
 
+    def lines_dropped(self, count: int) -> None:
+        """``count`` lines of log (access or diagnostic) were dropped: the worker's stderr was
+        not being read (``proxy.outlet``)."""
+
     def flush(self) -> None:
         """Write out what is held now (a scrape of /metrics is about to read it)."""
 

@@ -31,6 +31,7 @@ from proxy.app import Gateway
 from proxy.config import Config, parse_config
 from proxy.emulator import build_emulator_app
 from proxy.metrics import Exposition, metrics_routes
+from proxy.outlet import Outlet
 from proxy.server import make_observers
 from tests.harness import LoopThread, free_port, start_site
 from tests.replay import FIXTURES, GOLDEN
@@ -126,7 +127,7 @@ class Stage:
         config = config_for(self.emulator_url, models, **extra)
         registry = CollectorRegistry()
         routes = metrics_routes(Exposition(registry), config.metrics.token)
-        observers = make_observers(config, registry, access_log_fd)
+        observers = make_observers(config, registry, Outlet(access_log_fd))
         gateway = Gateway(config, observers=observers, extra_routes=routes)
         port = free_port()
         self.runners.append(self.loop.call(lambda: start_site(gateway, port)))

@@ -1,0 +1,286 @@
+"""The worker's stderr (``proxy.outlet``): lines in order and whole, and a reader that stalls
+never stalls the event loop: what it cannot take waits, then is dropped and counted."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from proxy.outlet import RETRY, Outlet
+from tests.metrics_support import (
+    ALPHA_KEY,
+    CLI,
+    ROOT,
+    Stage,
+    free_port,
+    stage,
+    wait_for,
+    write_config,
+)
+
+
+def _line(i: int, size: int = 100) -> bytes:
+    head = b"line %06d " % i
+    return head + b"x" * (size - len(head) - 1) + b"\n"
+
+
+def _read_all(fd: int) -> bytes:
+    """What the pipe holds now (its writing end may still be open)."""
+    out = bytearray()
+    while select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        out.extend(chunk)
+    return bytes(out)
+
+
+def _in_a_loop_of_its_own(work: Callable[[], object], seconds: float = 20) -> None:
+    """Run ``work`` on an event loop in a thread; fail (rather than hang) if it blocks."""
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        async def run() -> None:
+            work()
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the write blocked the event loop"
+    if failure:
+        raise failure[0]
+
+
+async def test_a_pipe_nobody_reads_never_blocks_the_loop_and_what_it_drops_is_counted() -> None:
+    read_end, write_end = os.pipe()
+    dropped: list[int] = []
+    outlet = Outlet(write_end, backlog=64 * 1024, on_dropped=dropped.append)
+    try:
+        # 1 MB of lines: sixteen times what the pipe and the backlog hold together.
+        lines = [_line(i) for i in range(10_000)]
+        _in_a_loop_of_its_own(
+            lambda: [outlet.write(lines[i : i + 50]) for i in range(0, 10_000, 50)]
+        )
+        assert 0 < outlet.backlog <= 64 * 1024
+        outlet.write([])  # this test's loop takes over from the one that is gone
+        # The reader comes back: the loop's timer writes the backlog as the pipe empties.
+        received = bytearray()
+        deadline = time.monotonic() + 20
+        while outlet.backlog and time.monotonic() < deadline:
+            received += _read_all(read_end)
+            await asyncio.sleep(RETRY)
+        assert outlet.backlog == 0
+        outlet.write([b"after\n"])
+        received += _read_all(read_end)
+    finally:
+        os.close(read_end)  # first: a write that would block fails now (EPIPE) instead
+        outlet.close()
+        os.close(write_end)
+    got = bytes(received).splitlines(keepends=True)
+    kept = [line for line in got if line.startswith(b"line ")]
+    # Whole lines, the oldest kept, in order; every line either received or counted dropped.
+    assert kept == lines[: len(kept)]
+    assert len(kept) + sum(dropped) == len(lines)
+    # Where the hole is, one line says how big it is.
+    assert got[len(kept) :] == [
+        b"proxy: %d log lines dropped: stderr was not being read\n" % sum(dropped),
+        b"after\n",
+    ]
+
+
+def test_without_a_loop_a_full_non_blocking_socket_loses_no_line() -> None:
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with reader, writer:
+        writer.setblocking(False)  # as some supervisors make stderr
+        writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        outlet = Outlet(writer.fileno())
+        received = bytearray()
+
+        def drain() -> None:  # a slow reader: the outlet finds the buffer full many times
+            while chunk := reader.recv(1024):
+                received.extend(chunk)
+                time.sleep(0.001)
+
+        thread = threading.Thread(target=drain, daemon=True)
+        thread.start()
+        for i in range(200):
+            outlet.write([_line(i)])  # no loop: each written at once, waiting if need be
+        outlet.close()
+        writer.shutdown(socket.SHUT_WR)  # the reader's end of input
+        thread.join(10)
+    assert bytes(received) == b"".join(_line(i) for i in range(200))
+
+
+async def test_lines_stay_whole_and_in_order_through_partial_writes() -> None:
+    # A stream socket takes what fits, often part of a write: the rest of a line goes next.
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    lines = [_line(i, size=50 + (i * 397) % 6000) for i in range(40)]  # some > PIPE_BUF
+    received = bytearray()
+    written = threading.Event()
+
+    def drain() -> None:
+        written.wait(10)  # a reader that is late: the socket's buffer fills first
+        while chunk := reader.recv(1 << 16):
+            received.extend(chunk)
+
+    with reader, writer:
+        writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # parts of a line
+        thread = threading.Thread(target=drain, daemon=True)
+        thread.start()
+        outlet = Outlet(writer.fileno())
+        for i in range(0, 40, 7):
+            outlet.write(lines[i : i + 7])
+        assert outlet.backlog > 0
+        written.set()
+        await _until(lambda: outlet.backlog == 0)  # the loop's timer writes the rest
+        outlet.close()
+        writer.shutdown(socket.SHUT_WR)
+        thread.join(10)
+    assert bytes(received) == b"".join(lines)
+
+
+async def _until(predicate: Callable[[], bool], seconds: float = 20) -> None:
+    for _ in range(int(seconds / RETRY)):
+        if predicate():
+            return
+        await asyncio.sleep(RETRY)
+    raise AssertionError("timed out")
+
+
+def test_close_waits_a_while_for_a_stalled_reader_then_counts_what_is_left() -> None:
+    read_end, write_end = os.pipe()
+    dropped: list[int] = []
+    outlet = Outlet(write_end, on_dropped=dropped.append)
+    lines = [_line(i) for i in range(2_000)]  # 200 kB: the pipe takes 64
+    try:
+        _in_a_loop_of_its_own(lambda: outlet.write(lines))
+        assert dropped == []  # all of it fits in the backlog
+        started = time.monotonic()
+        outlet.close(wait=0.2)
+        waited = time.monotonic() - started
+        received = _read_all(read_end)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert waited >= 0.2
+    got = received.splitlines(keepends=True)
+    assert got == lines[: len(got)]
+    assert len(got) + sum(dropped) == len(lines) and sum(dropped) > 0
+
+
+async def test_a_reader_gone_or_a_closed_descriptor_fails_nothing() -> None:
+    reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    reader.close()  # the reading end gone: EPIPE
+    with writer:
+        outlet = Outlet(writer.fileno())
+        outlet.write([b"lost\n"])
+        outlet.close()
+    outlet = Outlet(-1)  # EBADF
+    outlet.write([b"lost\n"])
+    outlet.close()
+    outlet.write([b"after close: ignored\n"])
+
+
+def test_a_pipe_is_written_through_a_descriptor_of_its_own() -> None:
+    # O_NONBLOCK belongs to an open file, which a worker shares with its parent and siblings:
+    # the outlet's is its own, so theirs stays as it was.
+    read_end, write_end = os.pipe()
+    try:
+        outlet = Outlet(write_end)
+        outlet.write([b"one\n"])
+        assert os.get_blocking(write_end)
+        outlet.close()
+        assert os.read(read_end, 100) == b"one\n"
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[Stage]:
+    with stage() as built:
+        yield built
+
+
+def test_a_worker_whose_stderr_nobody_reads_keeps_answering(running: Stage, tmp_path: Path) -> None:
+    # Before the outlet, the worker's loop waited in write(2) once the pipe was full: with
+    # access lines of about 400 bytes, after some 150 requests nothing was answered any more.
+    models = {"llama": {"provider": "emu", "model": "friendli"}}
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models, access_log=True)
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    process = subprocess.Popen(
+        [*CLI, "serve", "--config", str(config), "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,  # read by nobody until the requests are over
+    )
+    requests = 1_000
+    try:
+        wait_for(lambda: _status(port, "GET", "/readyz") == 200, "the proxy to be ready")
+        body = orjson.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}]})
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for _ in range(requests):
+            connection.request("POST", "/v1/chat/completions", body, _HEADERS)
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200
+        connection.close()
+        assert _status(port, "GET", "/healthz") == 200
+        # Now read: every line was kept for the reader (none dropped), in its backlog.
+        assert process.stderr is not None
+        stderr = process.stderr.fileno()
+        received = bytearray()
+
+        def every_line() -> bool:
+            received.extend(_read_all(stderr))
+            return received.count(b'"request_id"') >= requests
+
+        wait_for(every_line, "every access line")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+            if process.stderr is not None:
+                process.stderr.close()
+    assert b"log lines dropped" not in received
+
+
+_HEADERS = {"Authorization": f"Bearer {ALPHA_KEY}", "Content-Type": "application/json"}
+
+
+def _status(port: int, method: str, path: str) -> int:
+    """The status of a request; 0 if the proxy does not listen yet."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request(method, path, headers=_HEADERS)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    except ConnectionRefusedError:
+        return 0
+    finally:
+        connection.close()
