@@ -120,7 +120,6 @@ class Outlet:
         backlog: int = BACKLOG,
         on_dropped: Callable[[int], None] | None = None,
     ) -> None:
-        self.fd = fd
         self.on_dropped = on_dropped
         self._channel = _channel(fd)
         self._limit = backlog
@@ -142,6 +141,7 @@ class Outlet:
             return
         dropped = 0
         for line in lines:
+            # Full: dropped. (A line longer than the whole backlog still goes, on its own.)
             if self._size + len(line) > self._limit and self._lines:
                 dropped += 1
                 continue
