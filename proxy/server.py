@@ -200,8 +200,9 @@ async def serve_worker(
     async with AsyncExitStack() as stack:
         # Left after the observers' close (last in, first out), which hands it their last lines.
         stack.enter_context(_logging_to(outlet))
-        # Left last (last in, first out): once the listeners are down, the requests over and
-        # reported (the gateway's close), the observers write out what they hold.
+        # Left last but for the logging (last in, first out): once the listeners are down, the
+        # requests over and reported (the gateway's close), the observers write out what they
+        # hold.
         stack.callback(_close_observers, state.observers)
         if metrics.enabled and metrics.port is not None:
             # Started first, so cleaned up last (last in, first out): scrapes keep working

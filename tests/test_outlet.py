@@ -199,9 +199,9 @@ async def test_a_reader_gone_or_a_closed_descriptor_fails_nothing() -> None:
     outlet.write([b"after close: ignored\n"])
 
 
-def test_a_pipe_is_written_through_a_descriptor_of_its_own() -> None:
+def test_the_shared_pipe_descriptor_stays_blocking() -> None:
     # O_NONBLOCK belongs to an open file, which a worker shares with its parent and siblings:
-    # the outlet's is its own, so theirs stays as it was.
+    # the outlet writes through one of its own, so theirs stays as it was.
     read_end, write_end = os.pipe()
     try:
         outlet = Outlet(write_end)
