@@ -5,9 +5,9 @@ A worker writes its access log and its diagnostics to stderr, which a container 
 systemd or a supervisor reads through a pipe or a socket. A blocking write to a pipe whose
 reader has stalled (a log shipper restarting, journald behind a full disk) waits until the
 reader takes something: the worker's event loop waits with it, and every request of the worker,
-health checks included, stops. nginx waits so. Envoy's maintainers chose to drop, and count,
-what a stalled log cannot take (envoyproxy/envoy#9458), as HAProxy drops what its ring cannot
-hold; so does this.
+health checks included, stops. nginx waits so (its access log is written from its worker's
+loop). Envoy's maintainers chose to drop, and count, what a stalled log cannot take
+(envoyproxy/envoy#9458); so does this.
 
 The outlet writes through a channel of its own that never blocks: a pipe, FIFO or terminal
 reopened with ``O_NONBLOCK`` (through ``/proc/self/fd``: the flag then belongs to this open file
