@@ -14,14 +14,15 @@ reopened with ``O_NONBLOCK`` (through ``/proc/self/fd``: the flag then belongs t
 alone, not to the one the worker shares with its parent and the other workers), a socket sent
 to with ``MSG_DONTWAIT``. What the reader cannot take yet waits in a backlog, in order, and the
 loop tries again every ``RETRY`` seconds; past ``BACKLOG`` bytes, new lines are dropped, counted
-(``on_dropped``), and a line saying how many goes out once the reader is back. A regular file
-is written as before (a disk is slow, not stalled), and so is anything that cannot be reopened.
+(``on_dropped``), and a line saying how many stands where they were, before the next line kept
+(or last, at ``close``). A regular file is written as before (a disk is slow, not stalled), and
+so is anything that cannot be reopened.
 
 Lines go out in writes of at most ``PIPE_BUF`` bytes cut at line ends: workers share their
 stderr, and a write that size is never interleaved with another.
 
-Without a running loop (a tool, a test, a worker's last words after its loop), a full channel is
-waited for, as a blocking write would.
+Without a running loop (a tool, a test), a full channel is waited for, as a blocking write
+would; ``close`` (a worker stopping) waits for it too, but only up to ``CLOSE_WAIT`` seconds.
 """
 
 from __future__ import annotations

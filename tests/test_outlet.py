@@ -74,7 +74,7 @@ async def test_a_pipe_nobody_reads_never_blocks_the_loop_and_what_it_drops_is_co
     dropped: list[int] = []
     outlet = Outlet(write_end, backlog=64 * 1024, on_dropped=dropped.append)
     try:
-        # 1 MB of lines: sixteen times what the pipe and the backlog hold together.
+        # 1 MB of lines: about eight times what the pipe (64 KiB) and the backlog hold together.
         lines = [_line(i) for i in range(10_000)]
         _in_a_loop_of_its_own(
             lambda: [outlet.write(lines[i : i + 50]) for i in range(0, 10_000, 50)]
