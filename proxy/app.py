@@ -30,6 +30,7 @@ from proxy.errors import (
     ProxyError,
     ServiceUnavailable,
     UpstreamError,
+    handled,
     to_openai_error,
 )
 from proxy.exchange import Exchange
@@ -210,7 +211,7 @@ class Gateway:
 
     @staticmethod
     def _failed(exchange: Exchange, exc: ProxyError) -> JsonReply:
-        exchange.failure = exc
+        exchange.failure = handled(exc)
         exchange.status = exc.http_status
         if isinstance(exc, UpstreamError):
             exchange.upstream_error = exc.kind

@@ -28,6 +28,7 @@ from proxy.errors import (
     ServiceUnavailable,
     UpstreamError,
     UpstreamTimeout,
+    handled,
 )
 from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
@@ -123,7 +124,7 @@ async def handle_completion(
                 request, state, runtime, exchange, model, provider, deployment, client_request
             )
         except ProxyError as exc:
-            last_error = exc
+            last_error = handled(exc)
             _circuit(state, model, deployment, plan.report(loop.time(), exc))
             delay = plan.retry_delay(loop.time(), exc)
             if delay is None or not isinstance(exc, UpstreamError):

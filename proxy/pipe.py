@@ -39,7 +39,7 @@ from aiohttp.http_exceptions import TransferEncodingError
 
 from proxy.chunks import ChunkDecoder
 from proxy.deadline import Deadline
-from proxy.errors import UpstreamError, UpstreamProtocolError
+from proxy.errors import UpstreamError, UpstreamProtocolError, handled
 from proxy.exchange import Exchange
 from proxy.normalize import StreamNormalizer
 from proxy.sse import Event, SSEDecoder
@@ -404,7 +404,7 @@ class Pipe:
                     return
             except TRANSPORT_ERRORS as exc:
                 data = b""
-                frames = normalizer.fail(upstream_error_for(exc, "stream"))
+                frames = normalizer.fail(upstream_error_for(handled(exc), "stream"))
             except UpstreamError as exc:  # an event over the size bound
                 data = b""
                 frames = normalizer.fail(exc)

@@ -26,7 +26,13 @@ from aiohttp import hdrs, web
 
 from proxy.config import Timeouts
 from proxy.deadline import Deadline
-from proxy.errors import ProxyError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
+from proxy.errors import (
+    ProxyError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    handled,
+)
 from proxy.exchange import Exchange
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
@@ -316,7 +322,7 @@ async def _pump(
                     data = await read()
                 except TRANSPORT_ERRORS as exc:
                     exchange.upstream_wait += perf_counter() - started
-                    frames = normalizer.fail(upstream_error_for(exc, "stream"))
+                    frames = normalizer.fail(upstream_error_for(handled(exc), "stream"))
                 else:
                     # The wait ends with the read: decoding and normalizing are our own time.
                     exchange.upstream_wait += perf_counter() - started
@@ -452,7 +458,7 @@ def _let_go(request: web.BaseRequest, exchange: Exchange) -> None:
 
 
 def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
-    exchange.failure = error
+    exchange.failure = handled(error)
     if isinstance(error, UpstreamError):
         exchange.upstream_error = error.kind
 
