@@ -13,6 +13,9 @@ the median of the rounds for each, and the ratio B/A. For plain-1 the figure is 
 proxy's processes took per request or stream (from /proc, in clock ticks): less noisy than a
 rate on a shared machine, it shows a change of a few per cent that a rate hides.
 
+errors-64 (``--profiles errors-64``) is plain-64 against an upstream that refuses every request
+with a 403: what failed requests cost.
+
 slow-1000 (``--profiles slow-1000``, alone or with the others) opens 1,000 slow streams at once
 on each side in turn, as bench/run.py does; its figure is the time to first token at p99 (lower
 is better). Give it ``--seconds 10`` or more: a slow stream lasts 2.65 s.
@@ -66,8 +69,11 @@ def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> tuple[floa
     cpu = cpu_seconds(gateway.processes())
     outcome = load.run_profile(gateway, profile, seconds)  # as bench/run.py loads them
     cpu = cpu_seconds(gateway.processes()) - cpu
-    if outcome.failed or outcome.errors or not outcome.requests:
-        problem = outcome.failed or outcome.errors or "no request completed"
+    errors = outcome.errors
+    if profile.kind == gateways.ERROR and errors == {"non-2xx/3xx": outcome.requests}:
+        errors = {}  # every answer the error it is meant to be (wrk counts them as errors)
+    if outcome.failed or errors or not outcome.requests:
+        problem = outcome.failed or errors or "no request completed"
         print(f"  {gateway.name} {profile.name}: {problem}", flush=True)
         return None
     value = figure(profile.name, outcome)
@@ -83,7 +89,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--profiles", default="plain-64,plain-1,stream-16")
     args = parser.parse_args()
-    profiles = [load.PROFILES[name] for name in args.profiles.split(",")]
+    known = load.PROFILES | load.LABS
+    unknown = [name for name in args.profiles.split(",") if name not in known]
+    if unknown:
+        parser.error(f"unknown profiles {unknown}: choose from {', '.join(known)}")
+    profiles = [known[name] for name in args.profiles.split(",")]
     if any(p.name == "soak" for p in profiles):
         parser.error("soak is a whole run of its own: use bench/run.py")
 

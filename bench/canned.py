@@ -58,6 +58,17 @@ def _slow_directives(events: list[bytes], delay: float) -> str:
     return "\n".join(lines)
 
 
+# The body of OpenAI's 403 for a project without access to a model (its error envelope).
+REFUSAL = {
+    "error": {
+        "message": "Project `proj_bench` does not have access to model `bench`",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "model_not_found",
+    }
+}
+
+
 def write_upstream(directory: Path, port: int, slow_delay: float) -> Path:
     """Write the bodies and nginx.conf for an upstream on 127.0.0.1:``port``; returns the conf."""
     www = directory / "www"
@@ -68,6 +79,7 @@ def write_upstream(directory: Path, port: int, slow_delay: float) -> Path:
     (www / "chat.json").write_bytes(json.dumps(body, separators=(",", ":")).encode())
     events = stream_events()
     (www / "stream.sse").write_bytes(b"".join(events))
+    (www / "error.json").write_bytes(json.dumps(REFUSAL, separators=(",", ":")).encode())
     conf = TEMPLATE.read_text().format(
         echo_module=ECHO_MODULE,
         dir=directory,

@@ -19,6 +19,8 @@ from procs import Service, cmdline, descendants, free_port, wait_http
 
 KEY = "sk-bench"
 KINDS = ("plain", "stream", "slow")
+# An upstream that refuses every request (bench/canned.py): ours and direct only, for bench/ab.py.
+ERROR = "error"
 BENCH = Path(__file__).resolve().parent
 
 
@@ -43,7 +45,7 @@ class Gateway:
         return [pid for pid in tree[1:] if "resource_tracker" not in cmdline(pid)]
 
     def body(self, kind: str) -> str:
-        return request_body(self.models[kind], stream=kind != "plain")
+        return request_body(self.models[kind], stream=kind in ("stream", "slow"))
 
     def stop(self) -> None:
         if self.service is not None:
@@ -65,9 +67,15 @@ def upstream_base(nginx_port: int, kind: str) -> str:
 
 
 def direct(nginx: Service, nginx_port: int) -> Gateway:
-    urls = {k: upstream_base(nginx_port, k) + "/chat/completions" for k in KINDS}
+    urls = {k: upstream_base(nginx_port, k) + "/chat/completions" for k in (*KINDS, ERROR)}
     return Gateway(
-        "direct", None, urls, dict.fromkeys(KINDS, "bench"), "", nginx.pid, "nginx, 1 worker"
+        "direct",
+        None,
+        urls,
+        dict.fromkeys((*KINDS, ERROR), "bench"),
+        "",
+        nginx.pid,
+        "nginx, 1 worker",
     )
 
 
@@ -83,9 +91,12 @@ def start_ours(
         "metrics: {enabled: true}",
         "access_log: true",
         "providers:",
-        *(f"  {k}: {{base_url: '{upstream_base(nginx_port, k)}', api_key: sk-up}}" for k in KINDS),
+        *(
+            f"  {k}: {{base_url: '{upstream_base(nginx_port, k)}', api_key: sk-up}}"
+            for k in (*KINDS, ERROR)
+        ),
         "models:",
-        *(f"  bench-{k}: {{provider: {k}, model: bench}}" for k in KINDS),
+        *(f"  bench-{k}: {{provider: {k}, model: bench}}" for k in (*KINDS, ERROR)),
         f"teams: {{bench: {{keys: [{KEY}], models: ['*']}}}}",
     ]
     config.write_text("\n".join(lines) + "\n")
@@ -105,8 +116,8 @@ def start_ours(
     return Gateway(
         name,
         service,
-        dict.fromkeys(KINDS, url),
-        {k: f"bench-{k}" for k in KINDS},
+        dict.fromkeys((*KINDS, ERROR), url),
+        {k: f"bench-{k}" for k in (*KINDS, ERROR)},
         KEY,
         service.pid,
         f"llm-proxy, {workers} workers, metrics and access log on",

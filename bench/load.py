@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateways import Gateway
+from gateways import ERROR, Gateway
 
 BENCH = Path(__file__).resolve().parent
 WRK_SCRIPT = BENCH / "post.lua"
@@ -42,6 +42,16 @@ PROFILES = {
         ),
         Profile("soak", "plain", 64, "RSS growth over 200,000 non-streamed requests (ours only)"),
     )
+}
+# Not in bench/run.py's report, for bench/ab.py: an upstream refusing every request (a 403 for
+# each, which is neither retried nor held against its circuit). Every answer is that 403.
+LABS = {
+    "errors-64": Profile(
+        "errors-64",
+        "error",
+        64,
+        "non-streamed, the upstream's 403 for every request, 64 connections",
+    ),
 }
 
 
@@ -75,10 +85,16 @@ def check_request(gateway: Gateway, kind: str, timeout: float = 30.0) -> str | N
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status, body = response.status, response.read()
     except urllib.error.HTTPError as exc:
-        return f"status {exc.code}: {exc.read()[:300]!r}"
+        refused = exc.read()
+        if kind == ERROR and exc.code == 403:  # the upstream's refusal, as an OpenAI error
+            try:
+                return None if json.loads(refused)["error"]["message"] else "no message"
+            except (ValueError, KeyError, TypeError):
+                return f"not an error body: {refused[:300]!r}"
+        return f"status {exc.code}: {refused[:300]!r}"
     except OSError as exc:
         return f"{type(exc).__name__}: {exc}"
-    if status != 200:
+    if status != 200 or kind == ERROR:
         return f"status {status}"
     if kind == "plain":
         try:
