@@ -438,8 +438,8 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
 ) -> None:
     """A request that failed is freed as it ends, by reference counts, as one that succeeded
     is: not left in a cycle through its exception's traceback for the cycle collector, which
-    under an upstream's error storm spent 9 % of the workers' CPU on them, and paused them
-    for 150 to 425 ms at a time in full collections (``proxy.errors.handled``)."""
+    with an upstream refusing every request cost each a fifth to a third more CPU, and paused
+    the workers for 150 to 527 ms at a time in full collections (``proxy.errors.handled``)."""
     models = {
         "m-status-500": {"provider": "emu", "model": "openai@status=500"},
         "m-status-429": {"provider": "emu", "model": "openai@status=429"},
