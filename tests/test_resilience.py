@@ -428,9 +428,13 @@ PROXY = str(Path(proxy.__file__).parent)
         ("m-status-500", False, TEAM_KEY, b'{"model": ', 400),
         ("m-fallback", False, TEAM_KEY, None, 200),  # two failed attempts, then an answer
         ("m-fallback", True, TEAM_KEY, None, 200),
-        # And as a control, requests that succeed, whole and streamed.
+        # And as a control, requests that succeed, whole and streamed, from providers whose
+        # answers need rewriting (FriendliAI's extra fields, Maritaca's object name).
         ("m-ok", False, TEAM_KEY, None, 200),
         ("m-ok", True, TEAM_KEY, None, 200),
+        ("m-friendli", True, TEAM_KEY, None, 200),
+        ("m-maritaca", False, TEAM_KEY, None, 200),
+        ("m-maritaca", True, TEAM_KEY, None, 200),
     ],
 )
 async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
@@ -448,6 +452,8 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
         "m-reset": {"provider": "emu", "model": "openai@reset-after=600"},
         "m-hang": {"provider": "emu-fast", "model": "openai@hang"},
         "m-ok": {"provider": "emu", "model": "openai"},
+        "m-friendli": {"provider": "emu", "model": "friendli"},
+        "m-maritaca": {"provider": "emu", "model": "maritaca"},
         "m-reset-early": {"provider": "emu", "model": "openai@reset-after=1"},
         "m-no-newline": {"provider": "emu-fast", "model": "openai@no-newline"},
         "m-fallback": deployments(
