@@ -11,8 +11,6 @@ import gc
 import os
 import socket
 import time
-import types
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -20,9 +18,7 @@ import openai
 import orjson
 import pytest
 
-import proxy
-from proxy.exchange import Exchange
-from tests.harness import TEAM_KEY, Servers
+from tests.harness import TEAM_KEY, Servers, cyclic_garbage_of_ours
 from tests.replay import parse_frames
 from tests.schema import validate
 
@@ -388,30 +384,6 @@ async def _count_tasks() -> set[asyncio.Task[Any]]:
     return asyncio.all_tasks()
 
 
-def _cyclic_garbage_of_ours() -> list[str]:
-    """What of the proxy's the cycle collector alone would free now: its exchanges, and the
-    frames of its code (each holding a request's objects). Collects everything else."""
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        gc.collect()
-        found = [
-            type(thing).__name__
-            if isinstance(thing, Exchange)
-            else f"frame of {thing.f_code.co_qualname}"
-            for thing in gc.garbage
-            if isinstance(thing, Exchange)
-            or (isinstance(thing, types.FrameType) and PROXY in thing.f_code.co_filename)
-        ]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.collect()  # saved, not freed: free them now, or the next look finds them again
-    return found
-
-
-PROXY = str(Path(proxy.__file__).parent)
-
-
 @pytest.mark.parametrize(
     ("model", "stream", "key", "body", "status"),
     [
@@ -421,6 +393,7 @@ PROXY = str(Path(proxy.__file__).parent)
         ("m-not-object", False, TEAM_KEY, None, 502),
         ("m-reset", True, TEAM_KEY, None, 200),  # an error event after the first byte
         ("m-reset-early", True, TEAM_KEY, None, 502),  # the connection broke before it
+        ("m-stall", True, TEAM_KEY, None, 200),  # the idle timeout after the first byte
         ("m-hang", False, TEAM_KEY, None, 504),
         ("m-no-newline", True, TEAM_KEY, None, 502),  # an event over the size bound: a 502
         ("nobody", False, TEAM_KEY, None, 404),
@@ -451,6 +424,7 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
         "m-not-object": {"provider": "emu", "model": "openai@not-object"},
         "m-reset": {"provider": "emu", "model": "openai@reset-after=600"},
         "m-hang": {"provider": "emu-fast", "model": "openai@hang"},
+        "m-stall": {"provider": "emu-fast", "model": "openai@stall-after=600"},
         "m-ok": {"provider": "emu", "model": "openai"},
         "m-friendli": {"provider": "emu", "model": "friendli"},
         "m-maritaca": {"provider": "emu", "model": "maritaca"},
@@ -465,7 +439,7 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
     payload = body or orjson.dumps({"model": model, "messages": CHAT, "stream": stream})
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     was_enabled = gc.isenabled()
-    _cyclic_garbage_of_ours()  # what earlier tests left
+    cyclic_garbage_of_ours()  # what earlier tests left
     gc.disable()  # nothing collected behind the test's back while the requests run
     try:
         async with aiohttp.ClientSession() as session:
@@ -476,7 +450,7 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
                     await response.read()
                     assert response.status == status
         await asyncio.sleep(0.2)  # the observers are told after the answer (REPORT_DELAY)
-        assert _cyclic_garbage_of_ours() == []
+        assert cyclic_garbage_of_ours() == []
     finally:
         if was_enabled:
             gc.enable()
@@ -490,7 +464,7 @@ async def test_a_client_that_leaves_mid_stream_leaves_nothing_to_the_cycle_colle
     url, _ = fresh.start_proxy({"m": {"provider": "emu-fast", "model": "openai@stall-after=600"}})
     payload = orjson.dumps({"model": "m", "messages": CHAT, "stream": True})
     was_enabled = gc.isenabled()
-    _cyclic_garbage_of_ours()
+    cyclic_garbage_of_ours()
     gc.disable()
     try:
         for _ in range(3):
@@ -501,7 +475,7 @@ async def test_a_client_that_leaves_mid_stream_leaves_nothing_to_the_cycle_colle
                 assert response.status == 200
                 await response.content.readany()  # the first events, then gone
         await asyncio.sleep(0.3)  # the proxy sees the hang-up, cancels, reports
-        assert _cyclic_garbage_of_ours() == []
+        assert cyclic_garbage_of_ours() == []
     finally:
         if was_enabled:
             gc.enable()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import gzip
 import socket
 import time
@@ -37,7 +38,7 @@ from proxy.upstream import (
     read_whole,
     request_head,
 )
-from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers, free_port
+from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers, cyclic_garbage_of_ours, free_port
 from tests.replay import GOLDEN, Golden, check_stream, parse_frames
 from tests.schema import validate
 
@@ -154,6 +155,24 @@ async def _flood(writer: asyncio.StreamWriter) -> None:
         pass  # the proxy hung up
 
 
+async def _oversized(writer: asyncio.StreamWriter) -> None:
+    """An event stream whose second event never ends: over the proxy's bound for one (1 MiB)."""
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    first = STREAM.split(b"\n\n")[0] + b"\n\n"
+    piece = b"data: " + b"x" * (64 * 1024)
+    try:
+        writer.write(b"%x\r\n%s\r\n" % (len(first), first))
+        for _ in range(20):
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    except ConnectionError:
+        pass  # the proxy hung up
+
+
 @dataclass
 class Received:
     head: bytes
@@ -193,6 +212,9 @@ class WireUpstream:
                     return
                 if scenario == "flood":
                     await _flood(writer)
+                    return
+                if scenario == "oversized":
+                    await _oversized(writer)
                     return
                 if scenario == "large":
                     writer.write(_large_answer(16))
@@ -594,6 +616,27 @@ async def test_an_upstream_that_cannot_be_reached_fails_the_connect(
         assert raised.value.message == "The upstream did not answer in time (connect)"
         assert time.monotonic() - started < 5  # the connect timeout ended it, not a hang
     assert bool(calls) is aiohttp_opens
+
+
+async def test_an_event_over_the_bound_after_the_first_byte_leaves_no_cycle(
+    servers: Servers, wire: WireUpstream
+) -> None:
+    """The stream ends in an error event; its request is freed by reference counts, not left
+    to the cycle collector through the error's traceback (``proxy.errors.handled``)."""
+    url = proxy_for(servers, wire, "oversized")
+    was_enabled = gc.isenabled()
+    cyclic_garbage_of_ours()  # what earlier tests left
+    gc.disable()
+    try:
+        for _ in range(2):
+            status, raw = await post(url, {"model": "oversized", "messages": CHAT, "stream": True})
+            assert status == 200
+            assert b"larger than 1048576 bytes" in raw  # the stream's error event
+        await asyncio.sleep(0.2)  # the observers are told after the answer (REPORT_DELAY)
+        assert cyclic_garbage_of_ours() == []
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 async def test_a_connection_the_upstream_hung_up_is_not_reused(
