@@ -192,3 +192,17 @@ def cyclic_garbage_of_ours() -> list[str]:
         gc.garbage.clear()
         gc.collect()  # saved, not freed: free them now, or the next look finds them again
     return found
+
+
+@contextmanager
+def collector_off() -> Iterator[None]:
+    """The cycle collector off for the block (what earlier tests left collected first), so that
+    whatever the block leaves to it is still there for ``cyclic_garbage_of_ours`` to find."""
+    was_enabled = gc.isenabled()
+    cyclic_garbage_of_ours()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

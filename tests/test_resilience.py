@@ -18,7 +18,7 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import TEAM_KEY, Servers, cyclic_garbage_of_ours
+from tests.harness import TEAM_KEY, Servers, collector_off, cyclic_garbage_of_ours
 from tests.replay import parse_frames
 from tests.schema import validate
 
@@ -438,10 +438,7 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
     url, _ = fresh.start_proxy(models, **retries)
     payload = body or orjson.dumps({"model": model, "messages": CHAT, "stream": stream})
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    was_enabled = gc.isenabled()
-    cyclic_garbage_of_ours()  # what earlier tests left
-    gc.disable()  # nothing collected behind the test's back while the requests run
-    try:
+    with collector_off():  # nothing collected behind the test's back while the requests run
         async with aiohttp.ClientSession() as session:
             for _ in range(3):
                 async with session.post(
@@ -451,9 +448,6 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
                     assert response.status == status
         await asyncio.sleep(0.2)  # the observers are told after the answer (REPORT_DELAY)
         assert cyclic_garbage_of_ours() == []
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 async def test_a_client_that_leaves_mid_stream_leaves_nothing_to_the_cycle_collector(
@@ -463,10 +457,7 @@ async def test_a_client_that_leaves_mid_stream_leaves_nothing_to_the_cycle_colle
     is freed by reference counts too."""
     url, _ = fresh.start_proxy({"m": {"provider": "emu-fast", "model": "openai@stall-after=600"}})
     payload = orjson.dumps({"model": "m", "messages": CHAT, "stream": True})
-    was_enabled = gc.isenabled()
-    cyclic_garbage_of_ours()
-    gc.disable()
-    try:
+    with collector_off():
         for _ in range(3):
             async with (
                 aiohttp.ClientSession() as session,
@@ -476,6 +467,3 @@ async def test_a_client_that_leaves_mid_stream_leaves_nothing_to_the_cycle_colle
                 await response.content.readany()  # the first events, then gone
         await asyncio.sleep(0.3)  # the proxy sees the hang-up, cancels, reports
         assert cyclic_garbage_of_ours() == []
-    finally:
-        if was_enabled:
-            gc.enable()

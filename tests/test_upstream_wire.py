@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import gzip
 import socket
 import time
@@ -38,7 +37,14 @@ from proxy.upstream import (
     read_whole,
     request_head,
 )
-from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers, cyclic_garbage_of_ours, free_port
+from tests.harness import (
+    TEAM_KEY,
+    UPSTREAM_SECRET,
+    Servers,
+    collector_off,
+    cyclic_garbage_of_ours,
+    free_port,
+)
 from tests.replay import GOLDEN, Golden, check_stream, parse_frames
 from tests.schema import validate
 
@@ -624,19 +630,13 @@ async def test_an_event_over_the_bound_after_the_first_byte_leaves_no_cycle(
     """The stream ends in an error event; its request is freed by reference counts, not left
     to the cycle collector through the error's traceback (``proxy.errors.handled``)."""
     url = proxy_for(servers, wire, "oversized")
-    was_enabled = gc.isenabled()
-    cyclic_garbage_of_ours()  # what earlier tests left
-    gc.disable()
-    try:
+    with collector_off():
         for _ in range(2):
             status, raw = await post(url, {"model": "oversized", "messages": CHAT, "stream": True})
             assert status == 200
             assert b"larger than 1048576 bytes" in raw  # the stream's error event
         await asyncio.sleep(0.2)  # the observers are told after the answer (REPORT_DELAY)
         assert cyclic_garbage_of_ours() == []
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 async def test_a_connection_the_upstream_hung_up_is_not_reused(
