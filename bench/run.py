@@ -596,7 +596,9 @@ def main() -> int:
     args = _parser().parse_args()
     unknown = [p for p in args.profiles.split(",") if p.strip() and p.strip() not in load.PROFILES]
     if unknown:
-        print(f"unknown profiles: {', '.join(unknown)}", file=sys.stderr)
+        labs = [p for p in unknown if p.strip() in load.LABS]
+        hint = f" ({', '.join(labs)}: bench/ab.py's, against a baseline)" if labs else ""
+        print(f"unknown profiles: {', '.join(unknown)}{hint}", file=sys.stderr)
         return 2
     problems = _missing_tools(args)
     if problems:
