@@ -22,7 +22,10 @@ Lines go out in writes of at most ``PIPE_BUF`` bytes cut at line ends: workers s
 stderr, and a write that size is never interleaved with another.
 
 Without a running loop (a tool, a test), a full channel is waited for, as a blocking write
-would; ``close`` (a worker stopping) waits for it too, but only up to ``CLOSE_WAIT`` seconds.
+would, unless the outlet is told not to (``patient=False``: the supervisor, which has no loop
+and must go on starting workers and stopping them): then what the channel cannot take waits in
+the backlog for the next write. ``close`` (a process stopping) waits for the channel too, but
+only up to ``CLOSE_WAIT`` seconds.
 """
 
 from __future__ import annotations
@@ -120,8 +123,10 @@ class Outlet:
         *,
         backlog: int = BACKLOG,
         on_dropped: Callable[[int], None] | None = None,
+        patient: bool = True,
     ) -> None:
         self.on_dropped = on_dropped
+        self._patient = patient  # without a loop, wait for a full channel (else: next write)
         self._channel = _channel(fd)
         self._limit = backlog
         self._lines: collections.deque[bytes] = collections.deque()
@@ -191,8 +196,9 @@ class Outlet:
             self._drain(None)
 
     def _drain(self, deadline: float | None) -> None:
-        """Write while the channel takes it. When it is full: with a running loop and no
-        ``deadline``, try again on the loop's timer; else wait for it (until ``deadline``)."""
+        """Write while the channel takes it. When it is full and there is no ``deadline``: with
+        a running loop, try again on its timer; without one, wait for it if patient, else leave
+        it to the next write. With a ``deadline``, wait for it until then."""
         lines = self._lines
         while lines:
             try:
@@ -209,7 +215,9 @@ class Outlet:
                 return
             if written:
                 self._consume(written)
-            elif (deadline is None and self._arm()) or not self._wait_writable(deadline):
+            elif (deadline is None and (self._arm() or not self._patient)) or not (
+                self._wait_writable(deadline)
+            ):
                 return
 
     def _batch(self) -> bytes:
@@ -266,9 +274,11 @@ class Outlet:
 
 class OutletHandler(logging.Handler):
     """A worker's diagnostics (``logging``), as lines through its ``Outlet``, in order with its
-    access log. A record logged from another thread than the loop's is handed to the loop."""
+    access log. A record logged from another thread than the loop's is handed to the loop.
+    Without a loop (the supervisor, which logs from its main thread alone), records are
+    written where they are logged."""
 
-    def __init__(self, outlet: Outlet, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, outlet: Outlet, loop: asyncio.AbstractEventLoop | None) -> None:
         super().__init__()
         self._outlet = outlet
         self._loop = loop
@@ -280,7 +290,7 @@ class OutletHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
-        if threading.get_ident() == self._thread:
+        if self._loop is None or threading.get_ident() == self._thread:
             self._outlet.write((line,))
             return
         # A closed loop (RuntimeError): the worker is gone, and its outlet with it.

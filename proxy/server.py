@@ -199,7 +199,7 @@ async def serve_worker(
     outlet.on_dropped = partial(_tell_dropped, state.observers)
     async with AsyncExitStack() as stack:
         # Left after the observers' close (last in, first out), which hands it their last lines.
-        stack.enter_context(_logging_to(outlet))
+        stack.enter_context(_logging_to(outlet, asyncio.get_running_loop()))
         # Left last but for the logging (last in, first out): once the listeners are down, the
         # requests over and reported (the gateway's close), the observers write out what they
         # hold.
@@ -277,12 +277,13 @@ def _tell_dropped(observers: Sequence[Observer], count: int) -> None:
 
 
 @contextlib.contextmanager
-def _logging_to(outlet: Outlet) -> Iterator[None]:
-    """The process's diagnostics through ``outlet`` while the worker runs; the handlers it had
-    before, and ``outlet`` closed (its last lines written, for a while), after."""
+def _logging_to(outlet: Outlet, loop: asyncio.AbstractEventLoop | None) -> Iterator[None]:
+    """The process's diagnostics through ``outlet`` while the worker (on ``loop``) or the
+    supervisor (no loop) runs; the handlers it had before, and ``outlet`` closed (its last lines
+    written, for a while), after."""
     root = logging.getLogger()
     before = root.handlers[:]
-    handler = OutletHandler(outlet, asyncio.get_running_loop())
+    handler = OutletHandler(outlet, loop)
     handler.setFormatter(logging.Formatter("%(message)s"))
     root.handlers[:] = [handler]
     try:
@@ -374,8 +375,12 @@ def _supervise(listen: Listen) -> int:
     # A fresh directory per run: counters start at zero and no file of an earlier run is merged.
     metrics_dir = tempfile.mkdtemp(prefix="llm-proxy-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    # Its lines (a worker died, a new one started) through an outlet that never waits: blocked
+    # in write(2) on a stderr nobody reads, the supervisor would start no worker in place of a
+    # dead one, and on SIGTERM would stop its workers but never exit.
     try:
-        return _run_workers(listen, context, metrics_dir)
+        with _logging_to(Outlet(2, patient=False), None):
+            return _run_workers(listen, context, metrics_dir)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 

@@ -4,6 +4,7 @@ never stalls the event loop: what it cannot take waits, then is dropped and coun
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import logging
 import os
@@ -127,6 +128,38 @@ def test_without_a_loop_a_full_non_blocking_socket_loses_no_line() -> None:
         writer.shutdown(socket.SHUT_WR)  # the reader's end of input
         thread.join(10)
     assert bytes(received) == b"".join(_line(i) for i in range(200))
+
+
+def _in_a_thread(work: Callable[[], object], seconds: float = 20) -> None:
+    """Run ``work`` in a thread, without a loop; fail (rather than hang) if it blocks."""
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the write blocked"
+
+
+def test_an_impatient_outlet_leaves_what_a_full_pipe_cannot_take_to_its_next_write() -> None:
+    """Without a loop, as the supervisor writes: a full pipe keeps its lines in the backlog,
+    in order, rather than waiting; a later write sends them once the reader is back."""
+    read_end, write_end = os.pipe()
+    try:
+        outlet = Outlet(write_end, patient=False)
+        lines = [_line(i) for i in range(2_000)]  # 200 KB: three times a pipe's 64 KiB
+        _in_a_thread(lambda: outlet.write(lines))
+        assert outlet.backlog > 0
+        received = bytearray(_read_all(read_end))
+        for _ in range(100):  # each write sends what the pipe has room for now
+            outlet.write([])
+            received.extend(_read_all(read_end))
+            if not outlet.backlog:
+                break
+        assert outlet.backlog == 0
+        _in_a_thread(outlet.close)
+        received.extend(_read_all(read_end))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert bytes(received) == b"".join(lines)
 
 
 async def test_lines_stay_whole_and_in_order_through_partial_writes() -> None:
@@ -308,3 +341,81 @@ def _status(port: int, method: str, path: str) -> int:
         return 0
     finally:
         connection.close()
+
+
+def _workers(supervisor: int) -> list[int]:
+    """The supervisor's worker processes (not multiprocessing's resource tracker)."""
+    try:
+        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    except FileNotFoundError:
+        return []
+    workers = []
+    for child in children:
+        with contextlib.suppress(FileNotFoundError):
+            if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes():
+                workers.append(int(child))
+    return workers
+
+
+def test_a_supervisor_whose_stderr_nobody_reads_replaces_a_dead_worker_and_stops(
+    running: Stage, tmp_path: Path
+) -> None:
+    """Blocked in write(2) on a full stderr, the supervisor would start no worker in place of a
+    dead one (it logs the death first), and on SIGTERM would stop its workers but never exit."""
+    models = {"llama": {"provider": "emu", "model": "friendli"}}
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models)
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    process = subprocess.Popen(
+        [*CLI, "serve", "--config", str(config), "--port", str(port), "--workers", "2"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,  # read by nobody until the supervisor has been tried
+    )
+    assert process.stderr is not None
+    stderr = process.stderr.fileno()
+    received = bytearray()
+    try:
+        wait_for(lambda: len(_workers(process.pid)) == 2, "two workers")
+        wait_for(lambda: _status(port, "GET", "/readyz") == 200, "the proxy to be ready")
+        # Filled to its last byte, through the supervisor's own stderr: no line fits any more.
+        filler = os.open(f"/proc/{process.pid}/fd/2", os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(filler, b"." * 4096)
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    os.write(filler, b".")
+        finally:
+            os.close(filler)
+        dead = _workers(process.pid)[0]
+        os.kill(dead, signal.SIGKILL)
+        wait_for(
+            lambda: dead not in (alive := _workers(process.pid)) and len(alive) == 2,
+            "a new worker in place of the dead one",
+        )
+        # The reader comes back: what the supervisor said meanwhile waited for it.
+        reader = threading.Thread(target=lambda: received.extend(_read_to_end(stderr)))
+        reader.start()
+        process.send_signal(signal.SIGTERM)
+        process.wait(20)
+        reader.join(20)
+    finally:
+        if process.poll() is None:  # stuck: its workers would outlive it
+            for worker in _workers(process.pid):
+                os.kill(worker, signal.SIGKILL)
+            process.kill()
+            process.wait(10)
+        process.stderr.close()
+    assert b"worker %d exited with -9; starting a new one" % dead in received
+
+
+def _read_to_end(fd: int) -> bytes:
+    """Everything the pipe brings until its last writer closes it."""
+    out = bytearray()
+    while chunk := os.read(fd, 1 << 16):
+        out.extend(chunk)
+    return bytes(out)
