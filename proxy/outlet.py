@@ -52,7 +52,8 @@ ATOMIC: Final = select.PIPE_BUF
 BACKLOG: Final = 8 * 1024 * 1024
 # How often the loop tries a full channel again.
 RETRY: Final = 0.05
-# How long a worker that stops waits for its reader to take what is left.
+# How long a process that stops (a worker, the supervisor) waits for its reader to take what
+# is left.
 CLOSE_WAIT: Final = 2.0
 
 

@@ -49,25 +49,31 @@ def _read_all(fd: int) -> bytes:
     return bytes(out)
 
 
-def _in_a_loop_of_its_own(work: Callable[[], object], seconds: float = 20) -> None:
-    """Run ``work`` on an event loop in a thread; fail (rather than hang) if it blocks."""
+def _in_a_thread(work: Callable[[], object], seconds: float = 20, what: str = "the write") -> None:
+    """Run ``work`` in a thread; fail (rather than hang) if it blocks, and with what it raised."""
     failure: list[BaseException] = []
 
     def main() -> None:
-        async def run() -> None:
-            work()
-
         try:
-            asyncio.run(run())
+            work()
         except BaseException as exc:
             failure.append(exc)
 
     thread = threading.Thread(target=main, daemon=True)
     thread.start()
     thread.join(seconds)
-    assert not thread.is_alive(), "the write blocked the event loop"
+    assert not thread.is_alive(), f"{what} blocked"
     if failure:
         raise failure[0]
+
+
+def _in_a_loop_of_its_own(work: Callable[[], object], seconds: float = 20) -> None:
+    """Run ``work`` on an event loop in a thread; fail (rather than hang) if it blocks."""
+
+    async def run() -> None:
+        work()
+
+    _in_a_thread(lambda: asyncio.run(run()), seconds, "the write, and the event loop with it,")
 
 
 async def test_a_pipe_nobody_reads_never_blocks_the_loop_and_what_it_drops_is_counted() -> None:
@@ -128,14 +134,6 @@ def test_without_a_loop_a_full_non_blocking_socket_loses_no_line() -> None:
         writer.shutdown(socket.SHUT_WR)  # the reader's end of input
         thread.join(10)
     assert bytes(received) == b"".join(_line(i) for i in range(200))
-
-
-def _in_a_thread(work: Callable[[], object], seconds: float = 20) -> None:
-    """Run ``work`` in a thread, without a loop; fail (rather than hang) if it blocks."""
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), "the write blocked"
 
 
 def test_an_impatient_outlet_leaves_what_a_full_pipe_cannot_take_to_its_next_write() -> None:
