@@ -7,6 +7,7 @@ for usage (section 3), remembering whether the client itself asked.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,10 @@ class ClientRequest:
     include_usage: bool  # the client asked for usage in its stream
     max_tokens: int | None
     n: int
-    prompt: object  # the messages or the prompt, measured only for a usage estimate
+    # The messages or the prompt, measured only for a usage estimate. builtins.object, not a
+    # bare object: compiled (setup.py), a dataclass looks its fields' types up among the
+    # module's names, and a bare builtin is not one of them.
+    prompt: builtins.object
 
 
 def _wrong_type(param: str, expected: str) -> InvalidRequest:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import secrets
 import string
@@ -47,7 +48,8 @@ class RequestContext:
     # The messages or prompt: measured (usage.prompt_chars) only for an estimate, when the
     # upstream counts nothing. Out of repr (a logged context must not carry the conversation)
     # and of eq (the size is all that matters, and comparing conversations would cost).
-    prompt: object = field(default=None, compare=False, repr=False)
+    # builtins.object: see proxy.request.ClientRequest.prompt.
+    prompt: builtins.object = field(default=None, compare=False, repr=False)
 
 
 def make_id(endpoint: Endpoint) -> str:
