@@ -9,9 +9,12 @@
 # README.md ("Deployment") has the details.
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+# The build stage's: the same Python (keep the two in step), with the C compiler and headers that
+# mypyc needs. Nothing of it but the virtualenv reaches the final image.
+ARG BUILD_IMAGE=python:3.12-bookworm
 
-# --- build: the project and its runtime dependencies, installed into a virtualenv ---------------
-FROM ${PYTHON_IMAGE} AS build
+# --- build: the project, compiled, and its runtime dependencies, installed into a virtualenv ----
+FROM ${BUILD_IMAGE} AS build
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -19,15 +22,24 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 WORKDIR /src
 # A virtualenv without pip: the base image's pip installs into it, so the final image carries
-# the project and what it imports at run time, and no installer.
-RUN python -m venv --without-pip /opt/llm-proxy
-COPY pyproject.toml README.md ./
+# the project and what it imports at run time, and no installer. What compiles the package
+# (mypyc comes with mypy, which checks it with the stubs) goes into the build stage's own
+# Python, which stays behind.
+RUN python -m venv --without-pip /opt/llm-proxy \
+    && pip install --no-cache-dir mypy==2.4.1 types-PyYAML==6.0.12.20261122 setuptools==80.9.0
+COPY pyproject.toml setup.py README.md ./
 COPY proxy ./proxy
 # proxy/demo.yaml is a link to config/demo.yaml: without its target the package would lose it.
 COPY config/demo.yaml ./config/demo.yaml
-# Not editable, so the virtualenv stands alone; pip compiles the bytecode now, because the
-# container's root filesystem is read-only at run time.
-RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile .
+# The hot modules compiled by mypyc (setup.py; README, "The compiled build"). mypyc type-checks
+# them against the runtime dependencies, so those come first and the wheel's build is not
+# isolated. Then the wheel, not editable, so the virtualenv stands alone; pip compiles the
+# bytecode now, because the container's root filesystem is read-only at run time.
+RUN pip install --no-cache-dir . \
+    && LLM_PROXY_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --no-deps \
+        --wheel-dir /wheels . \
+    && pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile \
+        /wheels/llm_proxy-*.whl
 
 # --- runtime ------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

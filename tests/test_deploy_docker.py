@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,20 +149,30 @@ def test_hadolint_finds_nothing() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_two_stages_on_a_slim_python() -> None:
+def test_two_stages_of_one_python_the_final_one_slim() -> None:
     build, final = stages()
     assert build.name == "build" and final.name is None
-    for stage in (build, final):
-        assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?", stage.base), stage.base
+    # The build stage has a C compiler for mypyc (the full image); the final one is slim, with
+    # the same Python and Debian, as the virtualenv and its compiled modules need.
+    built = re.fullmatch(r"python:(3\.\d+)-(\w+)", build.base)
+    slim = re.fullmatch(r"python:(3\.\d+)-slim-(\w+)", final.base)
+    assert built and slim and built.groups() == slim.groups(), (build.base, final.base)
     # The final image takes the virtualenv from the build, and nothing else of it.
     assert [a for a in final.all("COPY") if a.startswith("--from")] == [
         "--from=build /opt/llm-proxy /opt/llm-proxy"
     ]
-    # Only runtime dependencies: the project itself, without extras, and no pip in the venv.
-    assert any("venv --without-pip /opt/llm-proxy" in run for run in build.all("RUN"))
-    (install,) = [run for run in build.all("RUN") if " install " in run]
-    assert install.endswith(" .") and "[" not in install, install
     assert not any("pip" in run and "install" in run for run in final.all("RUN"))
+    # Only runtime dependencies in the virtualenv, which has no pip: the project's wheel,
+    # compiled, without extras.
+    (venv,) = [run for run in build.all("RUN") if "venv --without-pip /opt/llm-proxy" in run]
+    (install,) = [
+        " ".join(run.split()) for run in build.all("RUN") if "LLM_PROXY_COMPILE=1 pip wheel" in run
+    ]
+    assert "--no-build-isolation" in install and "[" not in install, install
+    venv_install = "--python /opt/llm-proxy/bin/python install --no-cache-dir --compile"
+    assert install.endswith(f"{venv_install} /wheels/llm_proxy-*.whl"), install
+    # What builds it stays in the build stage's own Python, pinned.
+    assert re.search(r"pip install --no-cache-dir mypy==\S+ types-PyYAML==\S+", venv), venv
 
 
 def test_the_process_runs_unprivileged_and_gets_sigterm() -> None:
@@ -209,6 +221,9 @@ def test_the_context_keeps_out_what_the_image_must_not_hold() -> None:
     ):
         assert is_ignored(path), path
     assert is_ignored("proxy/__pycache__/app.cpython-311.pyc")
+    # A module compiled in place (bench/compiled.py) is for another Python than the image's.
+    assert is_ignored("proxy/app.cpython-311-x86_64-linux-gnu.so")
+    assert not is_ignored("setup.py")
     # and lets in every file a COPY names
     for stage in stages():
         for copy in stage.all("COPY"):
@@ -241,19 +256,32 @@ def test_the_build_stage_builds_the_whole_package(tmp_path: Path) -> None:
                     target.symlink_to(os.readlink(path))
                 else:
                     shutil.copy2(path, target)
+    # The image's wheel: compiled, built without isolation by an interpreter that has mypy and
+    # the package's dependencies (the test extra's, here).
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", tmp_path, workdir],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"),
+            *("--quiet", "-w", tmp_path, workdir),
+        ],
+        env={**os.environ, "LLM_PROXY_COMPILE": "1"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     (wheel,) = tmp_path.glob("*.whl")
     packaged = set(zipfile.ZipFile(wheel).namelist())
-    expected = {
+    sources = {
         str(path.relative_to(ROOT))
         for path in (ROOT / "proxy").rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".so"
     }
-    assert expected <= packaged, sorted(expected - packaged)
+    assert sources <= packaged, sorted(sources - packaged)
     assert "proxy/demo.yaml" in packaged
+    # Each module pyproject.toml lists, compiled for this Python, beside its source.
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        listed = tomllib.load(file)["tool"]["llm-proxy"]["compile"]["modules"]
+    assert listed
+    compiled = {module.removesuffix(".py") + suffix for module in listed}
+    assert compiled <= packaged, sorted(compiled - packaged)
