@@ -80,10 +80,17 @@ def direct(nginx: Service, nginx_port: int) -> Gateway:
 
 
 def start_ours(
-    nginx_port: int, workers: int, out: Path, source: Path | None = None, name: str = "ours"
+    nginx_port: int,
+    workers: int,
+    out: Path,
+    source: Path | None = None,
+    name: str = "ours",
+    *,
+    compiled: bool = False,
 ) -> Gateway:
     """``llm-proxy serve`` in front of nginx; ``source``: a checkout whose ``proxy`` package
-    to run instead of the installed one (bench/ab.py compares two)."""
+    to run instead of the installed one (bench/ab.py compares two), ``compiled`` if it was built
+    with mypyc (bench/compiled.py)."""
     port = free_port()
     config = out / f"{name}.yaml"
     lines = [
@@ -120,7 +127,8 @@ def start_ours(
         {k: f"bench-{k}" for k in (*KINDS, ERROR)},
         KEY,
         service.pid,
-        f"llm-proxy, {workers} workers, metrics and access log on",
+        f"llm-proxy, {workers} workers, metrics and access log on,"
+        f" {'compiled by mypyc' if compiled else 'pure Python'}",
     )
 
 
