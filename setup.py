@@ -6,7 +6,8 @@ install must be (a compiled module next to its source shadows every later edit o
 mypyc type-checks what it compiles against the installed dependencies, so build without
 isolation, in an environment that has them and mypy:
 
-    pip install mypy types-PyYAML . && LLM_PROXY_COMPILE=1 pip install --no-build-isolation .
+    pip install mypy types-PyYAML 'setuptools>=77' .
+    LLM_PROXY_COMPILE=1 pip install --no-build-isolation --no-deps --force-reinstall .
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def extensions() -> list[object]:
     except ImportError as exc:
         raise SystemExit(
             "LLM_PROXY_COMPILE=1 needs mypy (and mypyc with it) where the package is built: "
-            "pip install mypy types-PyYAML, then build with pip install --no-build-isolation"
+            "pip install mypy types-PyYAML 'setuptools>=77', then build with pip install"
+            " --no-build-isolation"
         ) from exc
     return list(mypycify(compiled_modules(), opt_level="3"))
 

@@ -22,18 +22,20 @@ _FILES = ("pyproject.toml", "setup.py", "README.md")
 
 
 def missing() -> str | None:
-    """What this interpreter lacks to compile ours, if anything: mypy, and the stubs it checks
-    the package's imports with (as the project's ``mypy`` does)."""
+    """What this interpreter lacks to compile ours, if anything: mypy, the stubs it checks the
+    package's imports with (as the project's ``mypy`` does), and a setuptools that reads
+    pyproject.toml's license (77 or later)."""
     try:
         importlib.metadata.version("types-PyYAML")
-        stubs = True
-    except importlib.metadata.PackageNotFoundError:
-        stubs = False
-    if importlib.util.find_spec("mypyc") is None or not stubs:
+        setuptools = importlib.metadata.version("setuptools")
+        ready = int(setuptools.split(".")[0]) >= 77 and importlib.util.find_spec("mypyc")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        ready = False
+    if not ready:
         return (
-            f"compiling ours needs mypy and types-PyYAML in {sys.prefix}:"
-            f" {sys.executable} -m pip install mypy types-PyYAML (bash bench/setup.sh --python"
-            " installs them); --pure measures the interpreted package"
+            f"compiling ours needs mypy, types-PyYAML and setuptools>=77 in {sys.prefix}:"
+            f" {sys.executable} -m pip install mypy types-PyYAML 'setuptools>=77' (bash"
+            " bench/setup.sh --python installs them); --pure measures the interpreted package"
         )
     return None
 

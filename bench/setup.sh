@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What bench/run.py needs, installed on demand (never by CI, never a project dependency):
 #   - nginx with its echo module, and wrk, from Debian's packages (needs root);
-#   - mypy and types-PyYAML, to compile ours as the Docker image does, beside the interpreter
+#   - mypy, types-PyYAML and setuptools, to compile ours as the Docker image does, beside the interpreter
 #     given as --python (when it is a virtualenv's);
 #   - a separate virtualenv (default .bench-venv, or the path given as --venv PATH) with py-spy
 #     and the peers measured by `bench/run.py --peers`: LiteLLM's proxy and TensorZero. It is
@@ -44,9 +44,9 @@ echo "nginx: $(nginx -v 2>&1); wrk: $(wrk -v 2>&1 | head -1)"
 # environment of the interpreter that runs bench/run.py, if it is a virtualenv.
 if [ "$tools_only" = no ]; then
     if "$python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
-        "$python" -m pip install -q "$MYPY" "$TYPES_PYYAML"
+        "$python" -m pip install -q "$MYPY" "$TYPES_PYYAML" "setuptools>=77"
     else
-        echo "$python is no virtualenv's: to compile ours, install $MYPY $TYPES_PYYAML where bench/run.py runs (or run it with --pure)"
+        echo "$python is no virtualenv's: to compile ours, install $MYPY $TYPES_PYYAML setuptools>=77 where bench/run.py runs (or run it with --pure)"
     fi
     [ -x "$venv/bin/pip" ] || "$python" -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
