@@ -2,9 +2,9 @@
 
 Workers share the listening port through SO_REUSEPORT, so the kernel spreads connections over
 them and no process hands sockets around. The parent only supervises: it starts the workers,
-restarts one that dies, and passes SIGTERM/SIGINT (drain and stop) and SIGHUP (reload) on.
-Each worker reloads its configuration by itself (``reload_config``); a worker started later
-reads the file as it is then.
+restarts one that dies (later each time one dies young: ``Restarts``), and passes SIGTERM/SIGINT
+(drain and stop) and SIGHUP (reload) on. Each worker reloads its configuration by itself
+(``reload_config``); a worker started later reads the file as it is then.
 
 Metrics with several workers use prometheus_client's multiprocess mode: the parent makes a fresh
 directory for the run and names it in PROMETHEUS_MULTIPROC_DIR before it starts any worker, so
@@ -29,7 +29,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from aiohttp import web
@@ -355,8 +355,14 @@ def _worker_main(listen: Listen, metrics_dir: str) -> None:
     # default action); serve_worker then reloads if the file changed meanwhile.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    with contextlib.suppress(KeyboardInterrupt):
-        run(lambda: serve_worker(listen, reuse_port=True, metrics_dir=metrics_dir))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            run(lambda: serve_worker(listen, reuse_port=True, metrics_dir=metrics_dir))
+    except ConfigError as exc:
+        # A worker started after the file was broken (the others serve on with what they read):
+        # one clear line, not a traceback, and the supervisor waits longer each time.
+        log.error("worker %d cannot start: %s: %s", os.getpid(), listen.config_path, exc)
+        raise SystemExit(2) from None
 
 
 def serve(listen: Listen) -> int:
@@ -385,10 +391,43 @@ def _supervise(listen: Listen) -> int:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+# A worker that dies within STABLE_SECONDS of its start is started again after a delay, doubled
+# each time it happens again, up to RESTART_DELAY_MAX; one that ran longer, at once. Restarted
+# every 0.2 s, a worker that could not start (its packages broken, its configuration file broken
+# since the others read it) took the supervisor and the kernel most of a core for as long as
+# nobody noticed (a lab left running: an hour).
+STABLE_SECONDS: Final = 10.0
+RESTART_DELAY_MIN: Final = 0.5
+RESTART_DELAY_MAX: Final = 30.0
+
+
+@dataclass(slots=True)
+class Restarts:
+    """One worker slot's restarts: how long to wait before starting it again (pure)."""
+
+    delay: float = 0.0
+
+    def after(self, lived: float) -> float:
+        """The wait before starting again a worker that died after ``lived`` seconds."""
+        if lived >= STABLE_SECONDS:
+            self.delay = 0.0
+        else:
+            self.delay = min(max(2 * self.delay, RESTART_DELAY_MIN), RESTART_DELAY_MAX)
+        return self.delay
+
+
+@dataclass(slots=True)
+class _Slot:
+    process: multiprocessing.process.BaseProcess | None
+    started: float
+    restarts: Restarts
+    start_at: float = 0.0  # when a process is None: when to start one
+
+
 def _run_workers(
     listen: Listen, context: multiprocessing.context.SpawnContext, metrics_dir: str
 ) -> int:
-    workers: list[multiprocessing.process.BaseProcess] = []
+    slots: list[_Slot] = []
     stopping = False
 
     def start_worker() -> multiprocessing.process.BaseProcess:
@@ -396,37 +435,57 @@ def _run_workers(
         process.start()
         return process
 
+    def signal_workers(signum: int) -> None:
+        for slot in slots:
+            process = slot.process
+            if process is not None and process.pid is not None and process.is_alive():
+                os.kill(process.pid, signum)
+
     def on_stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
-        for process in workers:
-            if process.pid is not None and process.is_alive():
-                os.kill(process.pid, signal.SIGTERM)
+        signal_workers(signal.SIGTERM)
 
     def on_reload(signum: int, frame: object) -> None:
-        for process in workers:
-            if process.pid is not None and process.is_alive():
-                os.kill(process.pid, signal.SIGHUP)
+        signal_workers(signal.SIGHUP)
 
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_reload)
-    workers.extend(start_worker() for _ in range(listen.workers))
+    slots.extend(_Slot(start_worker(), time.monotonic(), Restarts()) for _ in range(listen.workers))
     while not stopping:
         time.sleep(0.2)
-        for i, process in enumerate(workers):
-            if not process.is_alive() and not stopping:
-                log.warning(
-                    "worker %s exited with %s; starting a new one", process.pid, process.exitcode
-                )
-                # Its requests are no longer in flight; its counter files stay, so totals
-                # never go backwards.
-                if process.pid is not None:
-                    mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]
-                workers[i] = start_worker()
+        for slot in slots:
+            now = time.monotonic()
+            process = slot.process
+            if stopping:
+                break
+            if process is None:
+                if now >= slot.start_at:
+                    slot.process, slot.started = start_worker(), now
+                continue
+            if process.is_alive():
+                continue
+            lived = now - slot.started
+            delay = slot.restarts.after(lived)
+            log.warning(
+                "worker %s exited with %s; starting a new one%s",
+                process.pid,
+                process.exitcode,
+                f" in {delay:g} s (it ran {lived:.1f} s)" if delay else "",
+            )
+            # Its requests are no longer in flight; its counter files stay, so totals never go
+            # backwards.
+            if process.pid is not None:
+                mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]
+            slot.process, slot.start_at = None, now + delay
+            if not delay:
+                slot.process, slot.started = start_worker(), now
     status = 0
-    for process in workers:
-        process.join()
-        if process.exitcode not in (0, -signal.SIGTERM):
+    for slot in slots:
+        if slot.process is None:
+            continue
+        slot.process.join()
+        if slot.process.exitcode not in (0, -signal.SIGTERM):
             status = 1
     return status

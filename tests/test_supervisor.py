@@ -1,0 +1,92 @@
+"""The supervisor of ``serve --workers N``: a worker that dies young is started again after a
+growing delay, not five times a second; one that ran a while, at once."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from proxy.server import RESTART_DELAY_MAX, RESTART_DELAY_MIN, STABLE_SECONDS, Restarts
+from tests.metrics_support import (
+    Stage,
+    http_status,
+    serve,
+    stage,
+    wait_for,
+    worker_pids,
+    write_config,
+)
+
+YOUNG = STABLE_SECONDS / 10
+OLD = STABLE_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("lives", "delays"),
+    [
+        ([OLD], [0.0]),
+        ([YOUNG], [RESTART_DELAY_MIN]),
+        ([YOUNG, YOUNG, YOUNG], [RESTART_DELAY_MIN, 2 * RESTART_DELAY_MIN, 4 * RESTART_DELAY_MIN]),
+        ([YOUNG] * 12, [min(RESTART_DELAY_MIN * 2**n, RESTART_DELAY_MAX) for n in range(12)]),
+        # A run of STABLE_SECONDS or more starts the count again.
+        ([YOUNG, YOUNG, OLD, YOUNG], [RESTART_DELAY_MIN, 2 * RESTART_DELAY_MIN, 0.0, 0.5]),
+        ([0.0, STABLE_SECONDS - 0.01], [RESTART_DELAY_MIN, 2 * RESTART_DELAY_MIN]),
+    ],
+    ids=["old", "young", "three young", "capped", "reset by a long run", "bounds"],
+)
+def test_restart_delays(lives: list[float], delays: list[float]) -> None:
+    restarts = Restarts()
+    assert [restarts.after(lived) for lived in lives] == delays
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[Stage]:
+    with stage() as built:
+        yield built
+
+
+def test_a_worker_that_cannot_start_is_retried_ever_later_while_the_other_serves(
+    running: Stage, tmp_path: Path
+) -> None:
+    models = {"llama": {"provider": "emu", "model": "friendli"}}
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models)
+    good = config.read_text()
+    with serve(config, 2, tmp_path / "run") as served:
+        wait_for(lambda: http_status(served.root + "/readyz")[0] == 200, "the proxy to be ready")
+        (dead, alive) = worker_pids(served)
+        # Broken after both workers read it: a new worker cannot start.
+        config.write_text("providers: [not, a, mapping]\n")
+        os.kill(dead, signal.SIGKILL)
+        time.sleep(8)
+        said = "".join(served.lines)
+        failures = [line for line in served.lines if "cannot start" in line]
+        # Started again every 0.2 s, it failed 14 times in 8 s (a start fails in about half a
+        # second); after 0.5, 1, 2 and 4 s (the first maybe at once, had the killed worker run
+        # 10 s), two to four times.
+        assert 2 <= len(failures) <= 4, said
+        assert all(str(config) in line for line in failures), failures
+        assert "Traceback" not in said, said
+        delays = [
+            float(match)
+            for match in re.findall(r"exited with 2; starting a new one in (\S+) s", said)
+        ]
+        assert len(delays) == len(failures), said
+        assert all(later == 2 * earlier for earlier, later in itertools.pairwise(delays)), delays
+        # The worker that was not killed serves throughout.
+        assert worker_pids(served) == [alive]
+        assert http_status(served.root + "/readyz")[0] == 200
+        # Mended: the next start (at most 8 s after the last failure) succeeds.
+        config.write_text(good)
+        wait_for(
+            lambda: sum(" listening on " in line for line in served.lines) >= 3,
+            "a new worker to listen",
+        )
+        assert len(worker_pids(served)) == 2
+        assert http_status(served.root + "/readyz")[0] == 200
