@@ -16,7 +16,7 @@ import os
 import tomllib
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ROOT = Path(__file__).resolve().parent
 
@@ -28,7 +28,7 @@ def compiled_modules() -> list[str]:
     return listed
 
 
-def extensions() -> list[object]:
+def extensions() -> list[Extension]:
     if os.environ.get("LLM_PROXY_COMPILE", "") in ("", "0"):
         return []
     try:

@@ -456,11 +456,11 @@ def _run_workers(
     while not stopping:
         time.sleep(0.2)
         for slot in slots:
-            now = time.monotonic()
-            process = slot.process
             if stopping:
                 break
-            if process is None:
+            now = time.monotonic()
+            process = slot.process
+            if process is None:  # waiting out its delay
                 if now >= slot.start_at:
                     slot.process, slot.started = start_worker(), now
                 continue
@@ -478,8 +478,9 @@ def _run_workers(
             # backwards.
             if process.pid is not None:
                 mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]
-            slot.process, slot.start_at = None, now + delay
-            if not delay:
+            if delay:
+                slot.process, slot.start_at = None, now + delay
+            else:
                 slot.process, slot.started = start_worker(), now
     status = 0
     for slot in slots:
