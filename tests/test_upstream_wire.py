@@ -195,10 +195,12 @@ class WireUpstream:
     port: int
     received: list[Received] = field(default_factory=list)
     connections: int = 0
+    open: set[asyncio.StreamWriter] = field(default_factory=set)  # closed by the fixture's end
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         connection = self.connections
+        self.open.add(writer)
         try:
             while True:
                 try:
@@ -232,6 +234,7 @@ class WireUpstream:
                 if close:
                     return
         finally:
+            self.open.discard(writer)
             writer.close()
 
     def url(self, scenario: str) -> str:
@@ -245,11 +248,15 @@ def wire(servers: Servers) -> Iterator[WireUpstream]:
         lambda: asyncio.start_server(upstream.serve, "127.0.0.1", upstream.port)
     )
     yield upstream
-    servers.loop.call(lambda: _stop(server))
+    servers.loop.call(lambda: _stop(server, upstream))
 
 
-async def _stop(server: asyncio.Server) -> None:
+async def _stop(server: asyncio.Server, upstream: WireUpstream) -> None:
     server.close()
+    # The proxy keeps its connections to the upstream open (the pool), and from Python 3.12 on
+    # wait_closed waits for every connection to end: the upstream ends them itself.
+    for writer in list(upstream.open):
+        writer.close()
     await server.wait_closed()
 
 
