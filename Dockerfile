@@ -10,8 +10,8 @@
 
 # Python 3.11: the one CI runs the tests on, compiled and pure, and the one the compiled build
 # is fastest on. On 3.12 and 3.13 (pyenv builds configured alike), the same compiled package took
-# 17 % and 22 % more CPU per request at plain-64, and on 3.12 it took 6 % more than its own pure
-# package did (README, "The compiled build").
+# 16-18 % and 22 % more CPU per request at plain-64, and on 3.12 it took 6 % more than its own
+# pure package did (README, "The compiled build").
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # The build stage's: the same Python (keep the two in step), with the C compiler and headers that
 # mypyc needs. Nothing of it but the virtualenv reaches the final image.

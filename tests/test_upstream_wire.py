@@ -195,12 +195,12 @@ class WireUpstream:
     port: int
     received: list[Received] = field(default_factory=list)
     connections: int = 0
-    open: set[asyncio.StreamWriter] = field(default_factory=set)  # closed by the fixture's end
+    live: set[asyncio.StreamWriter] = field(default_factory=set)  # its open connections
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         connection = self.connections
-        self.open.add(writer)
+        self.live.add(writer)
         try:
             while True:
                 try:
@@ -234,7 +234,7 @@ class WireUpstream:
                 if close:
                     return
         finally:
-            self.open.discard(writer)
+            self.live.discard(writer)
             writer.close()
 
     def url(self, scenario: str) -> str:
@@ -255,7 +255,7 @@ async def _stop(server: asyncio.Server, upstream: WireUpstream) -> None:
     server.close()
     # The proxy keeps its connections to the upstream open (the pool), and from Python 3.12 on
     # wait_closed waits for every connection to end: the upstream ends them itself.
-    for writer in list(upstream.open):
+    for writer in list(upstream.live):
         writer.close()
     await server.wait_closed()
 
