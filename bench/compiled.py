@@ -28,7 +28,9 @@ def missing() -> str | None:
     try:
         importlib.metadata.version("types-PyYAML")
         setuptools = importlib.metadata.version("setuptools")
-        ready = int(setuptools.split(".")[0]) >= 77 and importlib.util.find_spec("mypyc")
+        ready = (
+            int(setuptools.split(".")[0]) >= 77 and importlib.util.find_spec("mypyc") is not None
+        )
     except (importlib.metadata.PackageNotFoundError, ValueError):
         ready = False
     if not ready:

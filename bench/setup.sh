@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What bench/run.py needs, installed on demand (never by CI, never a project dependency):
 #   - nginx with its echo module, and wrk, from Debian's packages (needs root);
-#   - mypy, types-PyYAML and setuptools, to compile ours as the Docker image does, beside the interpreter
-#     given as --python (when it is a virtualenv's);
+#   - mypy, types-PyYAML and setuptools, to compile ours as the Docker image does, beside the
+#     interpreter given as --python (when it is a virtualenv's);
 #   - a separate virtualenv (default .bench-venv, or the path given as --venv PATH) with py-spy
 #     and the peers measured by `bench/run.py --peers`: LiteLLM's proxy and TensorZero. It is
 #     made with `python3`, or with the interpreter given as --python PATH: give the one that
