@@ -8,9 +8,9 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from proxy.batch import REPORT_DELAY, Batch
+from proxy.batch import Batch
 from proxy.exchange import Exchange
-from proxy.metrics import Exposition, ProxyMetrics
+from proxy.metrics import FLUSH_DELAY, Exposition, ProxyMetrics
 from proxy.usage import Usage
 from tests.metrics_support import read_samples, total
 
@@ -83,7 +83,7 @@ def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
 
 
 async def _after_the_delay() -> None:
-    await asyncio.sleep(REPORT_DELAY * 4)
+    await asyncio.sleep(FLUSH_DELAY * 2)
 
 
 async def test_metrics_are_held_for_the_delay_then_written_together() -> None:
