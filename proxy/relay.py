@@ -61,8 +61,9 @@ _STREAM_HEADERS: Final = {
 }
 
 
-# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
-@dataclass(slots=True)
+# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
+# RequestContext says why).
+@dataclass(slots=True, init=False)
 class Answer:
     """An upstream's 200 answer, and what relaying it needs."""
 
@@ -73,6 +74,24 @@ class Answer:
     deadline: float  # loop time by which the whole exchange must be over
     timer: Deadline  # the attempt's, moved to each wait's limit and closed when relayed
     relays: Relays  # the loop's (proxy.pipe)
+
+    def __init__(
+        self,
+        response: UpstreamResponse,
+        family: ApiFamily,
+        ctx: RequestContext,
+        timeouts: Timeouts,
+        deadline: float,
+        timer: Deadline,
+        relays: Relays,
+    ) -> None:
+        self.response = response
+        self.family = family
+        self.ctx = ctx
+        self.timeouts = timeouts
+        self.deadline = deadline
+        self.timer = timer
+        self.relays = relays
 
     @property
     def is_event_stream(self) -> bool:
@@ -237,8 +256,9 @@ class _EventStream(web.StreamResponse):
     _send_headers_immediately = False
 
 
-# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
-@dataclass(slots=True)
+# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
+# RequestContext says why).
+@dataclass(slots=True, init=False)
 class _Opening:
     """What starting a stream's response takes: once the first frame is ready, never before."""
 
@@ -246,6 +266,18 @@ class _Opening:
     exchange: Exchange
     headers: dict[str, str]
     observers: Sequence[Observer]
+
+    def __init__(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        headers: dict[str, str],
+        observers: Sequence[Observer],
+    ) -> None:
+        self.request = request
+        self.exchange = exchange
+        self.headers = headers
+        self.observers = observers
 
     def response(self) -> web.StreamResponse:
         return _EventStream(status=200, headers={**_STREAM_HEADERS, **self.headers})

@@ -17,8 +17,9 @@ from proxy.errors import InvalidRequest
 from proxy.normalize import Endpoint
 
 
-# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
-@dataclass(slots=True)
+# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
+# RequestContext says why).
+@dataclass(slots=True, init=False)
 class ClientRequest:
     endpoint: Endpoint
     body: dict[str, Any]
@@ -31,6 +32,26 @@ class ClientRequest:
     # bare object: compiled (setup.py), a dataclass looks its fields' types up among the
     # module's names, and a bare builtin is not one of them.
     prompt: builtins.object
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        model: str,
+        stream: bool,
+        include_usage: bool,
+        max_tokens: int | None,
+        n: int,
+        prompt: builtins.object,
+    ) -> None:
+        self.endpoint = endpoint
+        self.body = body
+        self.model = model
+        self.stream = stream
+        self.include_usage = include_usage
+        self.max_tokens = max_tokens
+        self.n = n
+        self.prompt = prompt
 
 
 def _wrong_type(param: str, expected: str) -> InvalidRequest:

@@ -14,7 +14,7 @@ Events go in (``feed``), canonical SSE frames come out, ready to write (CANONICA
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -69,11 +69,18 @@ class _Failed:
         self.reason = reason
 
 
-@dataclass(slots=True)
+# Made per choice of every stream, so with an __init__ of its own (proxy.normalize.fields.
+# RequestContext says why).
+@dataclass(slots=True, init=False)
 class _Choice:
-    role_sent: bool = False
-    finish: str | None = None
-    calls: ToolCalls = field(default_factory=ToolCalls)
+    role_sent: bool
+    finish: str | None
+    calls: ToolCalls
+
+    def __init__(self) -> None:
+        self.role_sent = False
+        self.finish = None
+        self.calls = ToolCalls()
 
 
 class StreamNormalizer:
