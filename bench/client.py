@@ -26,8 +26,9 @@ from multidict import CIMultiDict
 from procs import Service, free_port, wait_http
 
 from proxy.config import Provider
+from proxy.pool import connection_pool
 from proxy.server import run
-from proxy.upstream import Target, UpstreamClient, connection_pool, read_whole, target_for
+from proxy.upstream import Target, UpstreamClient, read_whole, target_for
 
 BODY = (
     b'{"model":"bench","messages":[{"role":"user",'

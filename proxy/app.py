@@ -35,9 +35,10 @@ from proxy.errors import (
 )
 from proxy.exchange import Exchange
 from proxy.pipe import Relays
+from proxy.pool import connection_pool
 from proxy.reply import JsonReply
 from proxy.state import Observer, Runtime, State
-from proxy.upstream import UpstreamClient, connection_pool
+from proxy.upstream import UpstreamClient
 
 __all__ = ["Gateway", "Handler", "Observer", "Runtime", "State", "error_response"]
 

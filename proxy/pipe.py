@@ -42,8 +42,9 @@ from proxy.deadline import Deadline
 from proxy.errors import UpstreamError, UpstreamProtocolError, handled
 from proxy.exchange import Exchange
 from proxy.normalize import StreamNormalizer
+from proxy.pool import UpstreamProtocol
 from proxy.sse import Event, SSEDecoder
-from proxy.upstream import TRANSPORT_ERRORS, UpstreamProtocol, upstream_error_for
+from proxy.upstream import TRANSPORT_ERRORS, upstream_error_for
 
 __all__ = ["HELD_MAX", "PIPES", "STEPS", "TAKE_TRIES", "Pipe", "Relays", "frames_for"]
 

@@ -31,15 +31,9 @@ from proxy.deadline import Deadline, Deadlines
 from proxy.exchange import Exchange
 from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
 from proxy.pipe import HELD_MAX, PIPES, STEPS, TAKE_TRIES, TAKING, Pipe, Relays, frames_for
+from proxy.pool import UpstreamProtocol, connection_pool
 from proxy.sse import SSEDecoder
-from proxy.upstream import (
-    Destination,
-    Target,
-    UpstreamClient,
-    UpstreamProtocol,
-    UpstreamResponse,
-    connection_pool,
-)
+from proxy.upstream import Destination, Target, UpstreamClient, UpstreamResponse
 from tests.replay import dechunk
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
@@ -265,7 +259,7 @@ async def test_a_client_that_stops_reading_is_waited_for_not_written_to(rig: Rig
     assert rig.transport.get_write_buffer_size() > high_water
     assert not rig.normalizer.ended
     # The upstream's connection stops being read once its reader (or what the pipe took) is
-    # full; it is resumed by the reads that follow (proxy.upstream's protocol skips only resumes
+    # full; it is resumed by the reads that follow (proxy.pool's protocol skips only resumes
     # of what is not paused).
     upstream = rig.response.content._protocol
     assert type(upstream) is UpstreamProtocol and upstream.transport is not None
@@ -285,7 +279,7 @@ async def test_a_client_that_stops_reading_is_waited_for_not_written_to(rig: Rig
 
 async def test_reads_of_an_unpaused_upstream_feed_its_parser_nothing_more(rig: Rig) -> None:
     """aiohttp's reader asks its protocol to resume after every read; unpaused, the protocol
-    (``proxy.upstream.UpstreamProtocol``) skips it rather than feed its parser an empty read, which
+    (``proxy.pool.UpstreamProtocol``) skips it rather than feed its parser an empty read, which
     is what a resume does (the socket's reads are never empty: the end of a connection is
     ``eof_received``)."""
     upstream = rig.response.content._protocol

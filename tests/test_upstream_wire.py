@@ -28,15 +28,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
-from proxy.upstream import (
-    KEEPALIVE,
-    Destination,
-    Target,
-    UpstreamClient,
-    connection_pool,
-    read_whole,
-    request_head,
-)
+from proxy.pool import KEEPALIVE, connection_pool
+from proxy.upstream import Destination, Target, UpstreamClient, read_whole, request_head
 from tests.harness import (
     TEAM_KEY,
     UPSTREAM_SECRET,
@@ -550,8 +543,9 @@ async def test_a_new_connection_is_opened_the_cheap_way_where_it_can_be(
     addresses: tuple[str, ...] | None,
     aiohttp_opens: bool,
 ) -> None:
-    """A plain-HTTP host with one address is connected by the loop itself (``_Connector``: a
-    quarter less CPU per new connection); anything else goes aiohttp's way, as before."""
+    """A plain-HTTP host with one address is connected by the loop itself
+    (``proxy.pool._Connector``: a quarter less CPU per new connection); anything else goes
+    aiohttp's way, as before."""
     calls = _happy_eyeballs_calls(monkeypatch)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
