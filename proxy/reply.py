@@ -95,4 +95,8 @@ class JsonReply(web.StreamResponse):
         self._payload_writer = None
         # As aiohttp's writer does: the next answer on this connection waits for a client that
         # has not taken this one (the transport asked to pause), rather than pile up behind it.
-        await writer.drain()
+        # Asked first: drain() is a coroutine of aiohttp's, interpreted, that would otherwise be
+        # made and run for every answer to find nothing to wait for (1 % of a worker's time at
+        # plain-64, py-spy).
+        if request.protocol.writing_paused:
+            await writer.drain()
