@@ -14,9 +14,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Final
 
-# How long the observers' work is held (proxy.app, proxy.metrics): off the path of the requests
-# that follow, and done with its code and data warm from one request to the next. Metrics and
-# access log lines are this much later; a scrape on the main listener writes them out first.
+# How long ended requests are held before the observers are told (proxy.app): off the path of
+# the requests that follow, and done with its code and data warm from one request to the next.
+# Access log lines are this much later, and metrics up to proxy.metrics.FLUSH_DELAY more; a
+# scrape on the main listener writes them out first.
 REPORT_DELAY: Final = 0.005
 
 

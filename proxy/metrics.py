@@ -71,12 +71,6 @@ OVERHEAD_BUCKETS: Final[tuple[float, ...]] = (
     0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 )  # fmt: skip
 
-# How long increments are held before they are written. A flush costs a locked write per series
-# it touches, however many requests touched it: at 5 ms (proxy.batch.REPORT_DELAY) that was 3 %
-# of a worker's time at plain-64 (py-spy), for figures no scrape reads that soon. A scrape on the
-# main listener writes out its worker's first; the other workers' are at most this late.
-FLUSH_DELAY: Final = 0.05
-
 # The cycle collector's pauses: a tick's young collection takes well under a millisecond to a
 # few; a full one, tens of milliseconds with thousands of requests in flight.
 GC_BUCKETS: Final[tuple[float, ...]] = (
@@ -95,6 +89,13 @@ _OVERHEAD_BOUNDS: Final = _upper_bounds(OVERHEAD_BUCKETS)
 _GC_BOUNDS: Final = _upper_bounds(GC_BUCKETS)
 
 _CIRCUIT_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
+
+# How long increments are held before they are written. A flush costs a locked write per series
+# it touches, however many requests touched it: at 5 ms (proxy.batch.REPORT_DELAY) that was 3 %
+# of a worker's time at plain-64 (py-spy), for figures no scrape reads that soon. A scrape on the
+# main listener writes out its worker's first; the other workers' are at most this late (after
+# the REPORT_DELAY before they are told).
+FLUSH_DELAY: Final = 0.05
 
 M = TypeVar("M", bound=MetricWrapperBase)
 
