@@ -72,10 +72,10 @@ def client(proxy: Metered, key: str) -> openai.AsyncOpenAI:
 async def settle(proxy: Metered, seconds: float = 10.0) -> None:
     """Wait until no request is in flight and every request that ended is counted.
 
-    The proxy reports requests to its metrics every few milliseconds (REPORT_DELAY), and a
-    scrape of its /metrics writes out what is held first: once a scrape shows nothing in
-    flight, everything is counted. (The client may see a stream's last byte a moment before
-    the proxy has ended the request.)
+    The proxy reports requests to its metrics every few milliseconds (REPORT_DELAY), which
+    hold them up to FLUSH_DELAY more, and a scrape of its /metrics writes out what its worker
+    holds first: once a scrape shows nothing in flight, everything is counted. (The client may
+    see a stream's last byte a moment before the proxy has ended the request.)
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
