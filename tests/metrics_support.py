@@ -122,12 +122,19 @@ class Stage:
     loop: LoopThread
     emulator_url: str
     runners: list[web.BaseRunner] = field(default_factory=list)
+    # The proxies' access logs' outlets, closed with the stage: each holds a descriptor of its
+    # own (the reopened ``access_log_fd``).
+    outlets: list[Outlet] = field(default_factory=list)
 
     def proxy(self, models: Mapping[str, Any], *, access_log_fd: int = 2, **extra: Any) -> Metered:
         config = config_for(self.emulator_url, models, **extra)
         registry = CollectorRegistry()
         routes = metrics_routes(Exposition(registry), config.metrics.token)
-        observers = make_observers(config, registry, Outlet(access_log_fd))
+        outlet = None
+        if config.access_log:
+            outlet = Outlet(access_log_fd)
+            self.outlets.append(outlet)
+        observers = make_observers(config, registry, outlet)
         gateway = Gateway(config, observers=observers, extra_routes=routes)
         port = free_port()
         self.runners.append(self.loop.call(lambda: start_site(gateway, port)))
@@ -145,9 +152,12 @@ def stage() -> Iterator[Stage]:
         built.runners.append(loop.call(lambda: start_site(emulator, port)))
         yield built
     finally:
-        # Proxies first, the emulator (the first runner) last.
+        # Proxies first, the emulator (the first runner) last; then the access logs, whose
+        # last lines the proxies' cleanup has written.
         for runner in reversed(built.runners):
             loop.call(runner.cleanup)
+        for outlet in built.outlets:
+            outlet.close()
         loop.stop()
 
 
