@@ -152,13 +152,13 @@ def stage() -> Iterator[Stage]:
         built.runners.append(loop.call(lambda: start_site(emulator, port)))
         yield built
     finally:
-        # Proxies first, the emulator (the first runner) last; then the access logs, whose
-        # last lines the proxies' cleanup has written.
+        # Proxies first, the emulator (the first runner) last. The access logs' outlets once
+        # the loop that writes them has stopped: their last lines are written by then.
         for runner in reversed(built.runners):
             loop.call(runner.cleanup)
+        loop.stop()
         for outlet in built.outlets:
             outlet.close()
-        loop.stop()
 
 
 # --- the proxy as `llm-proxy serve` ----------------------------------------------------------
