@@ -153,7 +153,9 @@ def stage() -> Iterator[Stage]:
         yield built
     finally:
         # Proxies first, the emulator (the first runner) last. The access logs' outlets once
-        # the loop that writes them has stopped: their last lines are written by then.
+        # the loop that writes to them has stopped, so that no other thread touches them
+        # meanwhile. (Lines an access log still held, within its batch, are not handed over:
+        # the tests read their lines while the proxy runs.)
         for runner in reversed(built.runners):
             loop.call(runner.cleanup)
         loop.stop()
