@@ -23,9 +23,10 @@ stderr, and a write that size is never interleaved with another.
 
 Without a running loop (a tool, a test), a full channel is waited for, as a blocking write
 would, unless the outlet is told not to (``patient=False``: the supervisor, which has no loop
-and must go on starting workers and stopping them): then what the channel cannot take waits in
-the backlog for the next write. ``close`` (a process stopping) waits for the channel too, but
-only up to ``CLOSE_WAIT`` seconds.
+and must go on starting workers and stopping them, and a worker outside its loop, which must
+exit if it cannot start): then what the channel cannot take waits in the backlog for the next
+write. ``close`` (a process stopping) waits for the channel too, but only up to ``CLOSE_WAIT``
+seconds.
 """
 
 from __future__ import annotations

@@ -354,15 +354,19 @@ def _worker_main(listen: Listen, metrics_dir: str) -> None:
     # Until serve_worker installs its handler, a reload signal must not end the worker (its
     # default action); serve_worker then reloads if the file changed meanwhile.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            run(lambda: serve_worker(listen, reuse_port=True, metrics_dir=metrics_dir))
-    except ConfigError as exc:
-        # A worker started after the file was broken (the others serve on with what they read):
-        # one clear line, not a traceback, and the supervisor waits longer each time.
-        log.error("worker %d cannot start: %s: %s", os.getpid(), listen.config_path, exc)
-        raise SystemExit(2) from None
+    logging.getLogger().setLevel(logging.INFO)
+    # Until serve_worker's outlet takes over, and after it: an outlet that never waits for long,
+    # as the supervisor's. Blocked in write(2) on a stderr nobody reads, a worker that cannot
+    # start would never exit, and the supervisor would never start another in its place.
+    with _logging_to(Outlet(2, patient=False), None):
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                run(lambda: serve_worker(listen, reuse_port=True, metrics_dir=metrics_dir))
+        except ConfigError as exc:
+            # A worker started after the file was broken (the others serve on with what they
+            # read): one clear line, not a traceback, and the supervisor waits longer each time.
+            log.error("worker %d cannot start: %s: %s", os.getpid(), listen.config_path, exc)
+            raise SystemExit(2) from None
 
 
 def serve(listen: Listen) -> int:

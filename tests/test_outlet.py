@@ -355,14 +355,10 @@ def _workers(supervisor: int) -> list[int]:
     return workers
 
 
-def test_a_supervisor_whose_stderr_nobody_reads_replaces_a_dead_worker_and_stops(
-    running: Stage, tmp_path: Path
-) -> None:
-    """Blocked in write(2) on a full stderr, the supervisor would start no worker in place of a
-    dead one (it logs the death first), and on SIGTERM would stop its workers but never exit."""
-    models = {"llama": {"provider": "emu", "model": "friendli"}}
-    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models)
-    port = free_port()
+@contextlib.contextmanager
+def _supervisor(config: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """``serve --workers 2`` with a stderr read by nobody until the test reads it; stopped (and
+    its workers with it, should it be stuck) at the end."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     process = subprocess.Popen(
@@ -370,25 +366,69 @@ def test_a_supervisor_whose_stderr_nobody_reads_replaces_a_dead_worker_and_stops
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,  # read by nobody until the supervisor has been tried
+        stderr=subprocess.PIPE,
     )
     assert process.stderr is not None
     stderr = process.stderr.fileno()
-    received = bytearray()
+    said = bytearray()
+
+    def both_listen() -> bool:
+        said.extend(_read_all(stderr))
+        return said.count(b" listening on ") == 2
+
     try:
-        wait_for(lambda: len(_workers(process.pid)) == 2, "two workers")
-        wait_for(lambda: _status(port, "GET", "/readyz") == 200, "the proxy to be ready")
-        # Filled to its last byte, through the supervisor's own stderr: no line fits any more.
-        filler = os.open(f"/proc/{process.pid}/fd/2", os.O_WRONLY | os.O_NONBLOCK)
-        try:
-            with contextlib.suppress(BlockingIOError):
-                while True:
-                    os.write(filler, b"." * 4096)
-            with contextlib.suppress(BlockingIOError):
-                while True:
-                    os.write(filler, b".")
-        finally:
-            os.close(filler)
+        # Both have read the file and listen (a file broken before a worker had read it would
+        # fail that worker too).
+        wait_for(both_listen, "both workers to listen")
+        assert len(_workers(process.pid)) == 2
+        yield process
+    finally:
+        if process.poll() is None:  # stuck: its workers would outlive it
+            for worker in _workers(process.pid):
+                os.kill(worker, signal.SIGKILL)
+            process.kill()
+            process.wait(10)
+        assert process.stderr is not None
+        process.stderr.close()
+
+
+def _fill_stderr(process: subprocess.Popen[bytes]) -> None:
+    """Fill the pipe that is the supervisor's (and its workers') stderr to its last byte: no
+    line fits any more."""
+    filler = os.open(f"/proc/{process.pid}/fd/2", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                os.write(filler, b"." * 4096)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                os.write(filler, b".")
+    finally:
+        os.close(filler)
+
+
+def _stop_and_read(process: subprocess.Popen[bytes]) -> bytes:
+    """SIGTERM, and everything the stderr pipe brings meanwhile, until its writers are gone."""
+    assert process.stderr is not None
+    stderr = process.stderr.fileno()
+    received = bytearray()
+    reader = threading.Thread(target=lambda: received.extend(_read_to_end(stderr)))
+    reader.start()
+    process.send_signal(signal.SIGTERM)
+    process.wait(20)
+    reader.join(20)
+    return bytes(received)
+
+
+def test_a_supervisor_whose_stderr_nobody_reads_replaces_a_dead_worker_and_stops(
+    running: Stage, tmp_path: Path
+) -> None:
+    """Blocked in write(2) on a full stderr, the supervisor would start no worker in place of a
+    dead one (it logs the death first), and on SIGTERM would stop its workers but never exit."""
+    models = {"llama": {"provider": "emu", "model": "friendli"}}
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models)
+    with _supervisor(config, free_port()) as process:
+        _fill_stderr(process)
         dead = _workers(process.pid)[0]
         os.kill(dead, signal.SIGKILL)
         wait_for(
@@ -396,19 +436,50 @@ def test_a_supervisor_whose_stderr_nobody_reads_replaces_a_dead_worker_and_stops
             "a new worker in place of the dead one",
         )
         # The reader comes back: what the supervisor said meanwhile waited for it.
-        reader = threading.Thread(target=lambda: received.extend(_read_to_end(stderr)))
-        reader.start()
-        process.send_signal(signal.SIGTERM)
-        process.wait(20)
-        reader.join(20)
-    finally:
-        if process.poll() is None:  # stuck: its workers would outlive it
-            for worker in _workers(process.pid):
-                os.kill(worker, signal.SIGKILL)
-            process.kill()
-            process.wait(10)
-        process.stderr.close()
+        received = _stop_and_read(process)
     assert b"worker %d exited with -9; starting a new one" % dead in received
+
+
+def test_a_worker_that_cannot_start_exits_though_its_stderr_is_full(
+    running: Stage, tmp_path: Path
+) -> None:
+    """A worker that cannot start (its file broken since the others read it) says so and exits,
+    for the supervisor to try again later. Before its own outlet it wrote to stderr blocking:
+    with the pipe full it waited in write(2) for good, and no worker ever took its place, even
+    once the file was mended."""
+    models = {"llama": {"provider": "emu", "model": "friendli"}}
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models)
+    good = config.read_text()
+    port = free_port()
+    with _supervisor(config, port) as process:
+        first = _workers(process.pid)
+        _fill_stderr(process)
+        config.write_text("providers: [not, a, mapping]\n")
+        os.kill(first[0], signal.SIGKILL)
+        started: set[int] = set()
+
+        def one_came_and_went() -> bool:
+            alive = set(_workers(process.pid))
+            started.update(alive - set(first))
+            return any(pid not in alive for pid in started)
+
+        # It waits up to CLOSE_WAIT (2 s) for a reader, then exits.
+        wait_for(one_came_and_went, "a worker that cannot start to exit", seconds=30)
+        config.write_text(good)
+        # The reader comes back, and the next worker, started from the mended file, says it
+        # listens.
+        assert process.stderr is not None
+        stderr = process.stderr.fileno()
+        said = bytearray()
+
+        def one_listens() -> bool:
+            said.extend(_read_all(stderr))
+            return b" listening on " in said
+
+        wait_for(one_listens, "a worker started from the mended file to listen", seconds=30)
+        assert len(_workers(process.pid)) == 2
+        said.extend(_stop_and_read(process))
+    assert b"exited with 2; starting a new one in" in said, said[-2000:]
 
 
 def _read_to_end(fd: int) -> bytes:
