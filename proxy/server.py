@@ -357,7 +357,8 @@ def _worker_main(listen: Listen, metrics_dir: str) -> None:
     logging.getLogger().setLevel(logging.INFO)
     # Until serve_worker's outlet takes over, and after it: an outlet that never waits for long,
     # as the supervisor's. Blocked in write(2) on a stderr nobody reads, a worker that cannot
-    # start would never exit, and the supervisor would never start another in its place.
+    # start would not exit until someone read it, and the supervisor, which starts a worker
+    # once the last one has exited, would start none in its place meanwhile.
     with _logging_to(Outlet(2, patient=False), None):
         try:
             with contextlib.suppress(KeyboardInterrupt):

@@ -445,8 +445,8 @@ def test_a_worker_that_cannot_start_exits_though_its_stderr_is_full(
 ) -> None:
     """A worker that cannot start (its file broken since the others read it) says so and exits,
     for the supervisor to try again later. Before its own outlet it wrote to stderr blocking:
-    with the pipe full it waited in write(2) for good, and no worker ever took its place, even
-    once the file was mended."""
+    with the pipe full it waited in write(2) until the pipe was read, and no worker took its
+    place meanwhile, even once the file was mended."""
     models = {"llama": {"provider": "emu", "model": "friendli"}}
     config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models)
     good = config.read_text()
