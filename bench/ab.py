@@ -8,7 +8,8 @@ uncommitted changes included); each is checked out in a temporary worktree and s
 own ``llm-proxy serve`` (N workers, metrics and access log on, the same configuration), both in
 front of one nginx (bench/canned.py). The profiles then run on A and B in turns, the order
 flipped every round, so that the noise of a shared machine falls on both alike; the report is
-the median of the rounds for each, and the ratio B/A. For plain-1 the figure is the p50 latency
+the median of the rounds for each and the ratio B/A, then the median of the rounds' own B/A
+(steadier when the machine's speed drifts over the run). For plain-1 the figure is the p50 latency
 (lower is better); for the others, requests or streams per second. Beside it, the CPU time the
 proxy's processes took per request or stream (from /proc, in clock ticks): less noisy than a
 rate on a shared machine, it shows a change of a few per cent that a rate hides.
@@ -48,7 +49,8 @@ from report import LATENCY, figure
 
 ROOT = Path(__file__).resolve().parent.parent
 # By gateway (A, B), by profile: each round's (figure, CPU µs per request or stream).
-Results = dict[str, dict[str, list[tuple[float, float]]]]
+# By side and profile, each round's (figure, CPU per request or stream), None where it failed.
+Results = dict[str, dict[str, list[tuple[float, float] | None]]]
 
 
 @contextmanager
@@ -162,9 +164,7 @@ def run_rounds(
         order = pair if round_number % 2 == 0 else pair[::-1]
         for profile in profiles:
             for gateway in order:
-                value = measure(gateway, profile, seconds)
-                if value is not None:
-                    results[gateway.name][profile.name].append(value)
+                results[gateway.name][profile.name].append(measure(gateway, profile, seconds))
         figures = ", ".join(
             f"{p.name} {_last(results['A'][p.name])} -> {_last(results['B'][p.name])}"
             for p in profiles
@@ -173,8 +173,9 @@ def run_rounds(
     return results
 
 
-def _last(values: list[tuple[float, float]]) -> str:
-    return f"{values[-1][0]:.4g} ({values[-1][1]:.0f} µs)" if values else "-"
+def _last(values: list[tuple[float, float] | None]) -> str:
+    last = values[-1] if values else None
+    return f"{last[0]:.4g} ({last[1]:.0f} µs)" if last is not None else "-"
 
 
 def report(args: argparse.Namespace, profiles: list[load.Profile], results: Results) -> None:
@@ -183,10 +184,14 @@ def report(args: argparse.Namespace, profiles: list[load.Profile], results: Resu
         f" ({args.builds[1]});"
         f" medians of {args.rounds} rounds"
     )
-    print("  (CPU: the workers' and supervisor's CPU time per request or stream, user and system)")
+    print("  (CPU: the workers' and supervisor's CPU time per request or stream, user and system;")
+    print("  rounds: the median of each round's own B/A, A and B taken in the same minutes)")
     for profile in profiles:
-        a, b = results["A"][profile.name], results["B"][profile.name]
-        if not a or not b:
+        by_round = list(zip(results["A"][profile.name], results["B"][profile.name], strict=True))
+        a = [x for x, _ in by_round if x is not None]
+        b = [y for _, y in by_round if y is not None]
+        pairs = [(x, y) for x, y in by_round if x is not None and y is not None]
+        if not pairs:
             print(f"  {profile.name:10} no figures")
             continue
         median_a = statistics.median(v for v, _ in a)
@@ -200,6 +205,11 @@ def report(args: argparse.Namespace, profiles: list[load.Profile], results: Resu
             f"  B/A {median_b / median_a:5.3f}   CPU A {cpu_a:6.1f} µs  B {cpu_b:6.1f} µs"
             f"  B/A {cpu_b / cpu_a:5.3f}"
         )
+        # On a machine whose speed drifts from minute to minute, the ratio within a round is
+        # steadier than the ratio of medians taken over different minutes.
+        rate = statistics.median(y[0] / x[0] for x, y in pairs)
+        cpu = statistics.median(y[1] / x[1] for x, y in pairs)
+        print(f"  {'':10} rounds: B/A {rate:5.3f}, CPU B/A {cpu:5.3f} ({len(pairs)} rounds)")
 
 
 if __name__ == "__main__":
