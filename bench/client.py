@@ -50,7 +50,7 @@ async def with_session(target: Target, requests: int) -> float:
     headers = CIMultiDict({"Content-Type": "application/json", "Authorization": "Bearer sk-up"})
     url = target.destinations["chat"].url
     async with aiohttp.ClientSession(
-        connector=connection_pool(),
+        connector=connection_pool().connector,
         auto_decompress=True,
         trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),

@@ -16,13 +16,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Final, Literal
 
-import aiohttp
 import orjson
 from aiohttp import web
 
 from proxy.batch import REPORT_DELAY, Batch
 from proxy.completion import handle_completion
 from proxy.config import Config
+from proxy.connections import Connections
 from proxy.deadline import Deadlines
 from proxy.errors import (
     MethodNotAllowed,
@@ -107,7 +107,7 @@ class Gateway:
             "/readyz": self._readyz,
             **(extra_routes or {}),
         }
-        self._connector: aiohttp.TCPConnector | None = None
+        self._connections: Connections | None = None
         self._ended: list[Exchange] = []  # finished, not yet told to the observers
         self._reports = Batch(self._report, REPORT_DELAY)
 
@@ -116,8 +116,8 @@ class Gateway:
         # No cookie jar either (proxy.upstream sends requests without ClientSession): a cookie
         # one upstream sets while answering one team must never ride along on another team's
         # request.
-        self._connector = connection_pool()
-        self.state.client = UpstreamClient(self._connector)
+        self._connections = connection_pool()
+        self.state.client = UpstreamClient(self._connections)
         loop = asyncio.get_running_loop()
         self.state.deadlines = Deadlines(loop)
         self.state.relays = Relays(loop)
@@ -134,9 +134,9 @@ class Gateway:
             self.state.deadlines = None
         # Pipes still relaying keep their own reference; their queued steps still run.
         self.state.relays = None
-        if self._connector is not None:
-            await self._connector.close()
-            self._connector = None
+        if self._connections is not None:
+            await self._connections.close()
+            self._connections = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request: an API request under /v1/, else a probe or /metrics."""

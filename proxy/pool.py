@@ -1,5 +1,6 @@
 """The pool of upstream connections: aiohttp's connector and response protocol, as
-``proxy.upstream`` uses them.
+``proxy.upstream`` uses them, and ``connection_pool``, which puts them together with
+``proxy.connections`` (which keeps the idle ones).
 
 Apart from ``proxy.upstream`` and left interpreted (README, "The compiled build"): these classes
 extend aiohttp's, and mypyc cannot compile a class whose base has ``__slots__`` (the import
@@ -19,6 +20,8 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.connector import NEEDS_CLEANUP_CLOSED, AddrInfoType
 from aiohttp.helpers import ceil_timeout
+
+from proxy.connections import Connections
 
 
 class PoolKey(aiohttp.ClientRequest):
@@ -148,21 +151,29 @@ class _Connector(aiohttp.TCPConnector):
 # three turns of a loop that is busy with the burst: at the start of 1,000 slow streams, 5 ms
 # each at the median and up to 44 ms (a lab of bench/run.py's slow-1000; README, "Performance").
 KEEPALIVE: Final = 60.0
+# The most upstream connections one process keeps open, in use and idle.
+LIMIT: Final = 1024
 
 
 def connection_pool(
-    keepalive: float = KEEPALIVE, *, resolver: AbstractResolver | None = None
-) -> aiohttp.TCPConnector:
-    """The pool of upstream connections of one process: connections kept ``keepalive`` seconds
-    when idle, any number per host (the limit is on the whole), DNS answers kept five minutes,
-    names resolved by ``resolver`` (aiohttp's default, the system's resolver in a thread)."""
-    return _Connector(
+    keepalive: float = KEEPALIVE,
+    *,
+    resolver: AbstractResolver | None = None,
+    limit: int = LIMIT,
+) -> Connections:
+    """The upstream connections of one process: opened by aiohttp's connector (any number per
+    host, at most ``limit`` in all, DNS answers kept five minutes, names resolved by
+    ``resolver``, aiohttp's default being the system's resolver in a thread), kept ``keepalive``
+    seconds when idle (``proxy.connections``)."""
+    connector = _Connector(
         resolver=resolver,
-        limit=1024,
+        limit=limit,
         limit_per_host=0,
         ttl_dns_cache=300,
+        # Connections never go back to it (proxy.connections keeps them); were one to, the same.
         keepalive_timeout=keepalive,
         # aiohttp's cleanup of TLS transports left open (by Pythons before 3.12.8 and 3.13.1),
         # only where it is needed: asked for elsewhere, aiohttp warns (DeprecationWarning).
         enable_cleanup_closed=NEEDS_CLEANUP_CLOSED,
     )
+    return Connections(connector, keepalive)

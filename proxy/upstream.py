@@ -4,10 +4,11 @@ one user of aiohttp's client.
 Every aiohttp and timeout exception that can come out of talking to a provider is translated
 here into ``proxy.errors`` (the httpcore ``map_exceptions`` pattern), always ``from`` the cause.
 
-Requests go out through aiohttp's connector (its keep-alive pool, DNS cache and TLS) and come
-back through its response protocol (its C parser, chunked and compressed bodies, flow control),
-without ``ClientSession`` in between: every request to one endpoint of one provider is the same
-bytes but for its body and length, so those are made once per configuration (``Destination``).
+Requests go out on connections opened by aiohttp's connector (its DNS cache and TLS) and kept
+between requests by ``proxy.connections``, and come back through aiohttp's response protocol
+(its C parser, chunked and compressed bodies, flow control), without ``ClientSession`` in
+between: every request to one endpoint of one provider is the same bytes but for its body and
+length, so those are made once per configuration (``Destination``).
 Measured (bench/client.py, one request at a time to nginx): 86.9 µs of CPU per request against
 145.6 µs through ``ClientSession.post``; at 64 connections the proxy served 1.21x the requests
 (bench/ab.py). tests/test_upstream_wire.py holds it to what ClientSession did on the wire.
@@ -31,6 +32,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from proxy.config import Provider
+from proxy.connections import Connections, Shelf
 from proxy.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -88,7 +90,7 @@ class Destination:
     """One endpoint of one provider: its URL, and the head of every request to it (for a
     whole answer and for a stream), made once per configuration."""
 
-    __slots__ = ("_key", "head", "stream_head", "url")
+    __slots__ = ("_key", "_shelf", "head", "stream_head", "url")
 
     def __init__(self, url: URL, headers: CIMultiDict[str]) -> None:
         self.url = url
@@ -97,13 +99,22 @@ class Destination:
         stream_headers["Accept"] = "text/event-stream"
         self.stream_head = request_head(url, stream_headers)
         self._key: aiohttp.ClientRequest | None = None
+        self._shelf: Shelf | None = None
 
     def key(self) -> aiohttp.ClientRequest:
-        """What aiohttp's connector pools connections by (host, port, TLS) and opens new ones
-        with, read off a request of its own; made on first use, as it needs the running loop."""
+        """What aiohttp's connector opens new connections with (host, port, TLS), read off a
+        request of its own; made on first use, as it needs the running loop."""
         if self._key is None:
             self._key = PoolKey("POST", self.url, loop=asyncio.get_running_loop())
         return self._key
+
+    def shelf(self, connections: Connections) -> Shelf:
+        """Where ``connections`` keeps the idle connections to this endpoint's place (shared
+        by every endpoint at the same host, port and TLS settings); looked up once."""
+        shelf = self._shelf
+        if shelf is None or shelf.connections is not connections:
+            shelf = self._shelf = connections.shelf(self.key().connection_key)
+        return shelf
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,21 +231,23 @@ def status_error(
 class UpstreamResponse:
     """An upstream's answer: its status line and headers, and its body as it arrives.
 
-    Its connection goes back to the pool once the body has been read to its end, and is closed
+    Its connection goes back on its shelf once the body has been read to its end, and is closed
     by ``close`` if it has not (whatever is left of the body is not worth waiting for).
     """
 
-    __slots__ = ("_connection", "content", "headers", "reason", "status")
+    __slots__ = ("_connection", "_shelf", "content", "headers", "reason", "status")
 
     def __init__(
         self,
         connection: aiohttp.connector.Connection,
+        shelf: Shelf,
         status: int,
         reason: str | None,
         headers: CIMultiDictProxy[str],
         content: aiohttp.StreamReader,
     ) -> None:
         self._connection: aiohttp.connector.Connection | None = connection
+        self._shelf = shelf
         self.status = status
         self.reason = reason
         self.headers = headers
@@ -261,7 +274,7 @@ class UpstreamResponse:
     def _release(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
-            connection.release()  # aiohttp closes it instead if it cannot be reused
+            self._shelf.put(connection)  # which closes it instead if it cannot be used again
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -269,14 +282,14 @@ class UpstreamResponse:
             protocol = connection.protocol
             if isinstance(protocol, UpstreamProtocol):
                 protocol.sink = None  # whatever took its reads lets go with it
-            connection.close()
+            self._shelf.connections.discard(connection)
 
 
 class UpstreamClient:
     """Sends requests to providers over one pool of keep-alive connections per process."""
 
-    def __init__(self, connector: aiohttp.BaseConnector) -> None:
-        self.connector = connector
+    def __init__(self, connections: Connections) -> None:
+        self.connections = connections
 
     async def send(
         self, destination: Destination, target: Target, body: bytes, *, stream: bool
@@ -291,8 +304,12 @@ class UpstreamClient:
         # than in a coroutine of its own: this is every request's path, and both a generator
         # context manager and a level of coroutine (paid again when the answer resumes it) cost
         # microseconds per request.
+        connections = self.connections
         try:
-            connection = await self.connector.connect(destination.key(), [], target.timeout)
+            shelf = destination.shelf(connections)
+            connection = shelf.take()
+            if connection is None:
+                connection = await connections.open(destination.key(), target.timeout)
             try:
                 protocol: ResponseHandler | None = connection.protocol
                 transport = connection.transport
@@ -321,10 +338,11 @@ class UpstreamClient:
                     if not 100 <= message.code < 200 or message.code == 101:
                         break
                 response = UpstreamResponse(
-                    connection, message.code, message.reason, message.headers, content
+                    connection, shelf, message.code, message.reason, message.headers, content
                 )
             except BaseException:
-                connection.close()  # cancelled or failed half way: nothing else may use it
+                # Cancelled or failed half way: nothing else may use it.
+                connections.discard(connection)
                 raise
         except TRANSPORT_ERRORS as exc:
             raise upstream_error_for(exc, "connect") from exc

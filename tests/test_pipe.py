@@ -136,10 +136,10 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    connector = connection_pool()
+    pool = connection_pool()
     destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
     target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
-    response = await UpstreamClient(connector).send(destination, target, b"{}", stream=True)
+    response = await UpstreamClient(pool).send(destination, target, b"{}", stream=True)
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
     transport, protocol = await loop.connect_accepted_socket(Client, ours)
@@ -165,7 +165,7 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
         rig.upstream.close()
         server.close()
         await server.wait_closed()
-        await connector.close()
+        await pool.close()
 
 
 def test_the_reader_still_has_its_waiter() -> None:
@@ -571,10 +571,10 @@ async def test_streams_in_turn_on_one_pooled_connection_each_get_their_own_body(
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    connector = connection_pool()
+    pool = connection_pool()
     destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
     target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
-    client = UpstreamClient(connector)
+    client = UpstreamClient(pool)
     deadlines = Deadlines(loop)
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
@@ -625,7 +625,7 @@ async def test_streams_in_turn_on_one_pooled_connection_each_get_their_own_body(
         theirs.close()
         server.close()
         await server.wait_closed()
-        await connector.close()
+        await pool.close()
 
 
 async def read_all(sock: socket.socket, quiet: float = 0.3) -> bytes:

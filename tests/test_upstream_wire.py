@@ -455,7 +455,7 @@ async def test_connections_are_kept_alive_and_reused(servers: Servers, wire: Wir
 async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
     keepalive: float, connections: int
 ) -> None:
-    # Past its keep-alive, an idle connection is not taken again (aiohttp's connector judges
+    # Past its keep-alive, an idle connection is not taken again (its shelf judges
     # it when one is asked for); within it, it is. KEEPALIVE itself is well past the idle time
     # here: that it outlasts aiohttp's 15 s default is its value's to say, not a test's to wait.
     opened = 0
@@ -473,8 +473,8 @@ async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    connector = connection_pool(keepalive)
-    client = UpstreamClient(connector)
+    pool = connection_pool(keepalive)
+    client = UpstreamClient(pool)
     destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
     target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
     try:
@@ -483,7 +483,7 @@ async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
             assert await read_whole(response, 1 << 20) == ANSWER
             await asyncio.sleep(0.3)
     finally:
-        await connector.close()
+        await pool.close()
         server.close()
         await server.wait_closed()
     assert opened == connections
@@ -556,14 +556,14 @@ async def test_a_new_connection_is_opened_the_cheap_way_where_it_can_be(
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    connector = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
+    pool = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
     destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), CIMultiDict())
     target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5))
     try:
-        response = await UpstreamClient(connector).send(destination, target, b"{}", stream=False)
+        response = await UpstreamClient(pool).send(destination, target, b"{}", stream=False)
         assert await read_whole(response, 1 << 20) == ANSWER
     finally:
-        await connector.close()
+        await pool.close()
         server.close()
         await server.wait_closed()
     assert bool(calls) is aiohttp_opens
@@ -604,15 +604,15 @@ async def test_an_upstream_that_cannot_be_reached_fails_the_connect(
     else:
         listener, queued = _full_listener()
         port = listener.getsockname()[1]
-    connector = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
+    pool = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
     destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), CIMultiDict())
     target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=0.3, sock_connect=0.3))
     started = time.monotonic()
     try:
         with pytest.raises(UpstreamError) as raised:
-            await UpstreamClient(connector).send(destination, target, b"{}", stream=False)
+            await UpstreamClient(pool).send(destination, target, b"{}", stream=False)
     finally:
-        await connector.close()
+        await pool.close()
         for sock in [*queued, *([listener] if listener else [])]:
             sock.close()
     if failure == "refused":
