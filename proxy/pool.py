@@ -151,7 +151,8 @@ class _Connector(aiohttp.TCPConnector):
 # three turns of a loop that is busy with the burst: at the start of 1,000 slow streams, 5 ms
 # each at the median and up to 44 ms (a lab of bench/run.py's slow-1000; README, "Performance").
 KEEPALIVE: Final = 60.0
-# The most upstream connections one process keeps open, in use and idle.
+# The most upstream connections one process has in use at once; those proxy.connections keeps
+# idle count too, until it closes one to make way for a new one.
 LIMIT: Final = 1024
 
 
@@ -170,7 +171,8 @@ def connection_pool(
         limit=limit,
         limit_per_host=0,
         ttl_dns_cache=300,
-        # Connections never go back to it (proxy.connections keeps them); were one to, the same.
+        # For those given back to it while a request waits at the limit (proxy.connections keeps
+        # the others idle itself, as long).
         keepalive_timeout=keepalive,
         # aiohttp's cleanup of TLS transports left open (by Pythons before 3.12.8 and 3.13.1),
         # only where it is needed: asked for elsewhere, aiohttp warns (DeprecationWarning).

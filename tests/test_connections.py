@@ -38,7 +38,7 @@ class Upstream:
     answer: bytes = KEPT
     hang_up_after: float | None = None  # close each connection this long after an answer
     requests: list[int] = field(default_factory=list)
-    waiting: int = 0
+    waiting: int = 0  # requests read and not yet answered (the gate is closed)
     closed: set[int] = field(default_factory=set)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     port: int = 0

@@ -455,9 +455,10 @@ async def test_connections_are_kept_alive_and_reused(servers: Servers, wire: Wir
 async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
     keepalive: float, connections: int
 ) -> None:
-    # Past its keep-alive, an idle connection is not taken again (its shelf judges
-    # it when one is asked for); within it, it is. KEEPALIVE itself is well past the idle time
-    # here: that it outlasts aiohttp's 15 s default is its value's to say, not a test's to wait.
+    # Past its keep-alive, an idle connection is not taken again (proxy.connections' sweep
+    # closes it, and a shelf would not hand it out); within it, it is. KEEPALIVE itself is well
+    # past the idle time here: that it outlasts aiohttp's 15 s default is its value's to say,
+    # not a test's to wait.
     opened = 0
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
