@@ -47,7 +47,7 @@ SWEEP_SPACING: Final = 1.0
 
 
 class Shelf:
-    """The idle connections to one place (host, port, TLS settings), the last put back last."""
+    """The idle connections to one place (host, port, TLS settings), taken newest first."""
 
     __slots__ = ("connections", "idle")
 
@@ -85,9 +85,10 @@ class Shelf:
             connections.opened -= 1
             connection.release()
             return
-        self.idle.append((connection, connections.loop.time()))
+        now = connections.loop.time()
+        self.idle.append((connection, now))
         if connections.sweeper is None:
-            connections.sweep_at(connections.loop.time() + connections.keepalive)
+            connections.sweep_at(now + connections.keepalive)
 
 
 class Connections:
