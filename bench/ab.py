@@ -9,10 +9,10 @@ own ``llm-proxy serve`` (N workers, metrics and access log on, the same configur
 front of one nginx (bench/canned.py). The profiles then run on A and B in turns, the order
 flipped every round, so that the noise of a shared machine falls on both alike; the report is
 the median of the rounds for each and the ratio B/A, then the median of the rounds' own B/A
-(steadier when the machine's speed drifts over the run). For plain-1 the figure is the p50 latency
-(lower is better); for the others, requests or streams per second. Beside it, the CPU time the
-proxy's processes took per request or stream (from /proc, in clock ticks): less noisy than a
-rate on a shared machine, it shows a change of a few per cent that a rate hides.
+(steadier when the machine's speed drifts over the run). For plain-1 the figure is the p50
+latency (lower is better); for the others, requests or streams per second. Beside it, the CPU
+time the proxy's processes took per request or stream (from /proc, in clock ticks): less noisy
+than a rate on a shared machine, it shows a change of a few per cent that a rate hides.
 
 errors-64 (``--profiles errors-64``) is plain-64 against an upstream that refuses every request
 with a 403: what failed requests cost.
@@ -48,8 +48,8 @@ from procs import Service, cpu_seconds, free_port, wait_http
 from report import LATENCY, figure
 
 ROOT = Path(__file__).resolve().parent.parent
-# By gateway (A, B), by profile: each round's (figure, CPU µs per request or stream).
-# By side and profile, each round's (figure, CPU per request or stream), None where it failed.
+# By gateway (A, B), by profile: each round's (figure, CPU µs per request or stream), None where
+# the round's trial failed.
 Results = dict[str, dict[str, list[tuple[float, float] | None]]]
 
 
@@ -191,7 +191,7 @@ def report(args: argparse.Namespace, profiles: list[load.Profile], results: Resu
         a = [x for x, _ in by_round if x is not None]
         b = [y for _, y in by_round if y is not None]
         pairs = [(x, y) for x, y in by_round if x is not None and y is not None]
-        if not pairs:
+        if not a or not b:
             print(f"  {profile.name:10} no figures")
             continue
         median_a = statistics.median(v for v, _ in a)
@@ -207,6 +207,8 @@ def report(args: argparse.Namespace, profiles: list[load.Profile], results: Resu
         )
         # On a machine whose speed drifts from minute to minute, the ratio within a round is
         # steadier than the ratio of medians taken over different minutes.
+        if not pairs:
+            continue
         rate = statistics.median(y[0] / x[0] for x, y in pairs)
         cpu = statistics.median(y[1] / x[1] for x, y in pairs)
         print(f"  {'':10} rounds: B/A {rate:5.3f}, CPU B/A {cpu:5.3f} ({len(pairs)} rounds)")
