@@ -1,5 +1,5 @@
-"""Requests to providers, and their failures mapped: with ``proxy.pool`` (the connections), the
-one user of aiohttp's client.
+"""Requests to providers, and their failures mapped: with ``proxy.pool`` and
+``proxy.connections`` (the connections), the only users of aiohttp's client.
 
 Every aiohttp and timeout exception that can come out of talking to a provider is translated
 here into ``proxy.errors`` (the httpcore ``map_exceptions`` pattern), always ``from`` the cause.
