@@ -78,7 +78,13 @@ def _usage(**overrides: Any) -> dict[str, Any]:
 # Each variant changes one thing of OpenAI's answer, (where, key, value): on an edge of the
 # shortcut, either what it must leave to the builder or what it takes as it is. DROP removes
 # the key.
-DROP = object()
+class _Drop:
+    def __repr__(self) -> str:
+        # The same in every process, so that parallel runs (pytest-xdist) collect the same ids.
+        return "DROP"
+
+
+DROP = _Drop()
 VARIANTS: list[tuple[str, str, Any]] = [
     ("body", "x_groq", {"usage": _usage()}),
     ("body", "extra", 1),
