@@ -76,11 +76,8 @@ def measure(gateway: Gateway, profile: load.Profile, seconds: int) -> tuple[floa
     cpu = cpu_seconds(gateway.processes())
     outcome = load.run_profile(gateway, profile, seconds)  # as bench/run.py loads them
     cpu = cpu_seconds(gateway.processes()) - cpu
-    errors = outcome.errors
-    if profile.kind == gateways.ERROR and errors == {"non-2xx/3xx": outcome.requests}:
-        errors = {}  # every answer the error it is meant to be (wrk counts them as errors)
-    if outcome.failed or errors or not outcome.requests:
-        problem = outcome.failed or errors or "no request completed"
+    if outcome.failed or outcome.errors or not outcome.requests:
+        problem = outcome.failed or outcome.errors or "no request completed"
         print(f"  {gateway.name} {profile.name}: {problem}", flush=True)
         return None
     value = figure(profile.name, outcome)
@@ -107,7 +104,7 @@ def main() -> int:
     if "compiled" in builds and (problem := compiled.missing()) is not None:
         parser.error(problem)
     args.builds = builds
-    known = load.PROFILES | load.LABS
+    known = load.PROFILES
     unknown = [name for name in args.profiles.split(",") if name not in known]
     if unknown:
         parser.error(f"unknown profiles {unknown}: choose from {', '.join(known)}")
@@ -211,7 +208,8 @@ def report(args: argparse.Namespace, profiles: list[load.Profile], results: Resu
             continue
         rate = statistics.median(y[0] / x[0] for x, y in pairs)
         cpu = statistics.median(y[1] / x[1] for x, y in pairs)
-        print(f"  {'':10} rounds: B/A {rate:5.3f}, CPU B/A {cpu:5.3f} ({len(pairs)} rounds)")
+        counted = f"{len(pairs)} round{'s' if len(pairs) > 1 else ''}"
+        print(f"  {'':10} rounds: B/A {rate:5.3f}, CPU B/A {cpu:5.3f} ({counted})")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import uvloop
 from aiohttp import web
 from yarl import URL
 
-KINDS = ("plain", "stream", "slow")
+KINDS = ("plain", "stream", "slow", "error")  # bench/gateways.py's
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 UPSTREAM = web.AppKey("upstream", str)
 PR_SET_PDEATHSIG = 1

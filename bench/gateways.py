@@ -18,9 +18,9 @@ from pathlib import Path
 from procs import Service, cmdline, descendants, free_port, wait_http
 
 KEY = "sk-bench"
-KINDS = ("plain", "stream", "slow")
-# An upstream that refuses every request (bench/canned.py): ours and direct only, for bench/ab.py.
+# An upstream that refuses every request (bench/canned.py): what failed requests cost.
 ERROR = "error"
+KINDS = ("plain", "stream", "slow", ERROR)
 BENCH = Path(__file__).resolve().parent
 
 
@@ -67,12 +67,12 @@ def upstream_base(nginx_port: int, kind: str) -> str:
 
 
 def direct(nginx: Service, nginx_port: int) -> Gateway:
-    urls = {k: upstream_base(nginx_port, k) + "/chat/completions" for k in (*KINDS, ERROR)}
+    urls = {k: upstream_base(nginx_port, k) + "/chat/completions" for k in KINDS}
     return Gateway(
         "direct",
         None,
         urls,
-        dict.fromkeys((*KINDS, ERROR), "bench"),
+        dict.fromkeys(KINDS, "bench"),
         "",
         nginx.pid,
         "nginx, 1 worker",
@@ -100,10 +100,10 @@ def start_ours(
         "providers:",
         *(
             f"  {k}: {{base_url: '{upstream_base(nginx_port, k)}', api_key: sk-up}}"
-            for k in (*KINDS, ERROR)
+            for k in KINDS
         ),
         "models:",
-        *(f"  bench-{k}: {{provider: {k}, model: bench}}" for k in (*KINDS, ERROR)),
+        *(f"  bench-{k}: {{provider: {k}, model: bench}}" for k in KINDS),
         f"teams: {{bench: {{keys: [{KEY}], models: ['*']}}}}",
     ]
     config.write_text("\n".join(lines) + "\n")
@@ -123,8 +123,8 @@ def start_ours(
     return Gateway(
         name,
         service,
-        dict.fromkeys((*KINDS, ERROR), url),
-        {k: f"bench-{k}" for k in (*KINDS, ERROR)},
+        dict.fromkeys(KINDS, url),
+        {k: f"bench-{k}" for k in KINDS},
         KEY,
         service.pid,
         f"llm-proxy, {workers} workers, metrics and access log on,"

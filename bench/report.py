@@ -77,7 +77,7 @@ def _errors(outcome: Outcome) -> str:
 def profile_table(name: str, rows: dict[str, Row]) -> list[str]:
     profile = PROFILES[name]
     slow = profile.kind == "slow"
-    unit = "streams/s" if profile.kind != "plain" else "req/s"
+    unit = "req/s" if profile.kind in ("plain", "error") else "streams/s"
     lat = "TTFT " if slow else ""
     head = (
         f"{'':<11}{unit:>10}{lat + 'p50 ms':>13}{lat + 'p99 ms':>13}{'+p50 ms':>11}"
@@ -152,7 +152,7 @@ def floor_lines(results: Results) -> list[str]:
         if name == "soak" or ours is None or floor is None:
             continue
         profile = PROFILES[name]
-        noun = "throughput" if profile.kind == "plain" else "streams/s"
+        noun = "throughput" if profile.kind in ("plain", "error") else "streams/s"
         rate = ours.rate / floor.rate if ours.rate and floor.rate else None
         text = f"  {name:<10} ours is {_num(rate, 2)}x floor's {noun}"
         rows = results[name]

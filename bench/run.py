@@ -11,14 +11,15 @@ server and client on uvloop, N workers, passing requests through and nothing els
 --no-floor; with --lean-floor, aiohttp used as the proxy uses it) and, with --peers, against
 LiteLLM's proxy and TensorZero's gateway installed in a separate virtualenv by bench/setup.sh.
 Load comes from wrk (bench/post.lua) and, for the concurrent slow streams, from
-bench/streams.py in its own process. plain-64 and slow-1000 are measured several times (--trials;
-the median trial counts), and where a target compares ours with other gateways, their trials
-are taken in turn while they are up (PAIRED): slow-1000's direct and ours, and with --peers
-plain-64's TensorZero, LiteLLM and ours (the peers are started for that within ours' block, and
-again for their own). Memory is read from /proc while each profile runs. Prints one table per
-profile, ours/floor and ours/peer ratios and each target of the issue as PASS or MISS (with, for
-information, what the floor achieves against it); writes the report to bench/out/latest.txt and
-latest.json.
+bench/streams.py in its own process. errors-64, measured only when asked for (--profiles), is
+plain-64 against an upstream that refuses every request. plain-64 and slow-1000 are measured
+several times (--trials; the median trial counts), and where a target compares ours with other
+gateways, their trials are taken in turn while they are up (PAIRED): slow-1000's direct and
+ours, and with --peers plain-64's TensorZero, LiteLLM and ours (the peers are started for that
+within ours' block, and again for their own). Memory is read from /proc while each profile
+runs. Prints one table per profile, ours/floor and ours/peer ratios and each target of the issue
+as PASS or MISS (with, for information, what the floor achieves against it); writes the report
+to bench/out/latest.txt and latest.json.
 
 Everything listens on 127.0.0.1 on free ports; every process started is stopped at the end,
 also on Ctrl-C; every load is bounded in time.
@@ -95,8 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=int, default=10, help="seconds per profile")
     parser.add_argument(
         "--profiles",
-        default=",".join(load.PROFILES),
-        help=f"comma-separated, from: {', '.join(load.PROFILES)} (default: all)",
+        default=",".join(load.DEFAULT),
+        help=f"comma-separated, from: {', '.join(load.PROFILES)} (default: all but errors-64)",
     )
     parser.add_argument(
         "--workers", type=int, default=2, help="workers of ours, the floor and LiteLLM"
@@ -229,12 +230,14 @@ class Run:
             if problem is not None:
                 broken[kind] = f"a {kind} request failed: {problem}"
                 self.say(f"  {gateway.name}: {broken[kind]}")
-            elif kind != "plain":
+            elif kind in ("stream", "slow"):
                 events[kind] = load.stream_events(gateway, kind)
         if events:
             counts = ", ".join(f"{n} events per {k} stream" for k, n in sorted(events.items()))
             counts = counts.replace("stream stream", "fast stream")
             self.notes[-1] += f"; {counts}"
+        if gateways.ERROR in kinds - broken.keys():
+            self.notes[-1] += f"; the upstream's refusal answered with {load.refusal(gateway)}"
         for name in self.profiles:
             profile = load.PROFILES[name]
             partners = PAIRED.get(name, ())
@@ -617,9 +620,7 @@ def main() -> int:
     args = _parser().parse_args()
     unknown = [p for p in args.profiles.split(",") if p.strip() and p.strip() not in load.PROFILES]
     if unknown:
-        labs = [p for p in unknown if p.strip() in load.LABS]
-        hint = f" ({', '.join(labs)}: bench/ab.py's, against a baseline)" if labs else ""
-        print(f"unknown profiles: {', '.join(unknown)}{hint}", file=sys.stderr)
+        print(f"unknown profiles: {', '.join(unknown)}", file=sys.stderr)
         return 2
     problems = _missing_tools(args)
     if problems:
