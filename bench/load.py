@@ -110,8 +110,8 @@ def check_request(gateway: Gateway, kind: str, timeout: float = 30.0) -> str | N
 
 
 def refusal(gateway: Gateway) -> str:
-    """What the gateway answers when the upstream refuses (``ERROR``): its status, and whether
-    its body is OpenAI's error envelope with the upstream's message."""
+    """What the gateway answers when the upstream refuses (``ERROR``): its status, the shape of
+    its error, and whether the upstream's message is in it."""
     try:
         with urllib.request.urlopen(_request(gateway, ERROR), timeout=30) as response:
             return f"status {response.status}"
@@ -121,13 +121,17 @@ def refusal(gateway: Gateway) -> str:
         return f"{type(exc).__name__}: {exc}"
     try:
         error = json.loads(body)["error"]
-        message = str(error["message"]) if isinstance(error, dict) else str(error)
     except (ValueError, KeyError, TypeError):
-        return f"status {status}, not a JSON error: {body[:100]!r}"
-    if not isinstance(error, dict):
-        return f"status {status}, error as a string, not OpenAI's envelope: {message[:100]!r}"
-    passed = "the upstream's message" if _REFUSED in message else repr(message[:100])
-    return f"status {status}, OpenAI's error envelope with {passed}"
+        return f"status {status}, no JSON error: {body[:100]!r}"
+    if isinstance(error, dict) and {"message", "type", "param", "code"} <= error.keys():
+        shape = "OpenAI's error envelope"
+    elif isinstance(error, dict):
+        shape = f"an error object ({', '.join(sorted(error))})"
+    else:
+        shape = "an error string"
+    # Wherever the message is in it: a gateway may quote the upstream's whole answer.
+    passed = "the upstream's message" if _REFUSED in json.dumps(error) else "another message"
+    return f"status {status}, {shape} with {passed}"
 
 
 def stream_events(gateway: Gateway, kind: str) -> int:
