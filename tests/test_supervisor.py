@@ -7,6 +7,8 @@ import itertools
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from proxy.server import RESTART_DELAY_MAX, RESTART_DELAY_MIN, STABLE_SECONDS, Restarts
+from tests.harness import free_port
 from tests.metrics_support import (
+    ROOT,
     Stage,
     http_status,
     serve,
@@ -90,3 +94,66 @@ def test_a_worker_that_cannot_start_is_retried_ever_later_while_the_other_serves
         )
         assert len(worker_pids(served)) == 2
         assert http_status(served.root + "/readyz")[0] == 200
+
+
+# The supervisor (proxy.server._run_workers) with a multiprocessing context whose third start,
+# a dead worker's successor, is followed at once by the supervisor's own SIGTERM: the signal comes
+# while the slot still holds the dead worker, as it can when a stop and a restart meet.
+_STOPPED_WHILE_STARTING = """
+import multiprocessing.context, os, signal, sys, threading, time
+from pathlib import Path
+from proxy.server import Listen, _run_workers
+
+started = []
+
+class Process(multiprocessing.context.SpawnProcess):
+    def start(self):
+        super().start()
+        started.append(self.pid)
+        if len(started) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+class Context(multiprocessing.context.SpawnContext):
+    Process = Process
+
+def kill_one():
+    time.sleep(3)  # both workers up
+    os.kill(started[0], signal.SIGKILL)
+
+if __name__ == "__main__":
+    config, port, metrics = sys.argv[1:]
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics
+    threading.Thread(target=kill_one, daemon=True).start()
+    status = _run_workers(Listen(Path(config), "127.0.0.1", int(port), 2), Context(), metrics)
+    print("started", len(started), "status", status, flush=True)
+    sys.exit(status)
+"""
+
+
+def test_a_worker_started_as_the_supervisor_is_stopped_is_stopped_too(
+    running: Stage, tmp_path: Path
+) -> None:
+    models = {"llama": {"provider": "emu", "model": "friendli"}}
+    config = write_config(tmp_path / "proxy.yaml", running.emulator_url, models)
+    script = tmp_path / "supervisor.py"
+    script.write_text(_STOPPED_WHILE_STARTING)
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(config), str(free_port()), str(metrics)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        # Before the fix the supervisor waited for the unstopped worker for good.
+        out, _ = process.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, _ = process.communicate()
+        pytest.fail(f"the supervisor did not stop: {out.decode(errors='replace')}")
+    said = out.decode(errors="replace")
+    assert "started 3 status 0" in said, said
+    assert process.returncode == 0, said
