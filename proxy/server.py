@@ -24,7 +24,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -441,10 +441,15 @@ def _run_workers(
         process.start()
         return process
 
-    def signal_workers(signum: int) -> None:
+    def signal_workers(signum: int, skip: Container[int] = ()) -> None:
         for slot in slots:
             process = slot.process
-            if process is not None and process.pid is not None and process.is_alive():
+            if (
+                process is not None
+                and process.pid is not None
+                and process.pid not in skip
+                and process.is_alive()
+            ):
                 os.kill(process.pid, signum)
                 if signum == signal.SIGTERM:
                     told.add(process.pid)
@@ -494,11 +499,7 @@ def _run_workers(
     # one: the new worker was not told, and the join below would wait for it for good (seen in
     # tests/test_outlet.py under load). Only those not told: a second SIGTERM could end a worker
     # in its last writes.
-    for slot in slots:
-        process = slot.process
-        if process is not None and process.pid not in told and process.is_alive():
-            assert process.pid is not None  # started
-            os.kill(process.pid, signal.SIGTERM)
+    signal_workers(signal.SIGTERM, skip=told)
     status = 0
     for slot in slots:
         if slot.process is None:
