@@ -117,7 +117,7 @@ class Context(multiprocessing.context.SpawnContext):
     Process = Process
 
 def kill_one():
-    time.sleep(3)  # both workers up
+    time.sleep(3)  # up by then, usually; if not, its successor is still the third start
     os.kill(started[0], signal.SIGKILL)
 
 if __name__ == "__main__":
