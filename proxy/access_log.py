@@ -1,11 +1,11 @@
 """The access log: one JSON line per API request, written to stderr (through the worker's Outlet).
 
 Fields (``access_record``): ts (ISO-8601 UTC, when the request finished), request_id, team,
-model, provider, endpoint, stream, status, error_type, upstream_error, prompt_tokens,
-completion_tokens, cached_tokens, reasoning_tokens, usage_source, duration_s, ttft_s,
-overhead_s, upstream_s, client_disconnected, fixes. The tokens are those the metrics count
-(``proxy.metering.metered_usage``), null when nothing was metered. No key, prompt, completion or
-header is ever written: the ``Exchange`` holds none of them.
+model, provider, endpoint, path (the request's, at most 256 characters), stream, status,
+error_type, upstream_error, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens,
+usage_source, duration_s, ttft_s, overhead_s, upstream_s, client_disconnected, fixes. The
+tokens are those the metrics count (``proxy.metering.metered_usage``), null when nothing was
+metered. No key, prompt, completion or header is ever written: the ``Exchange`` holds none.
 
 The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
 worker's ``Outlet``, without ``logging``, which cost about 9 us and one write(2) per line.
@@ -51,6 +51,7 @@ def access_record(exchange: Exchange, ts: datetime) -> dict[str, Any]:
         "model": exchange.model,
         "provider": exchange.provider,
         "endpoint": endpoint_label(exchange),
+        "path": exchange.path,
         "stream": exchange.stream,
         "status": status,
         "error_type": exchange.error_type,

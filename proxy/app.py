@@ -10,6 +10,7 @@ about a tenth of the floor's throughput (bench/floor.py served both ways), for f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from proxy.config import Config
 from proxy.connections import Connections
 from proxy.deadline import Deadlines
 from proxy.errors import (
+    AuthenticationFailed,
     MethodNotAllowed,
     NotFound,
     ProxyError,
@@ -79,6 +81,14 @@ def _allow(method: str, expected: str) -> None:
     if method == expected or (expected == "GET" and method == "HEAD"):
         return
     raise MethodNotAllowed(_GET if expected == "GET" else (expected,))
+
+
+def _identify(request: web.BaseRequest, runtime: Runtime, exchange: Exchange) -> None:
+    """The team of a request to a path the proxy does not serve, if its key is one: the access
+    log tells an operator which team's SDK calls what is missing. Its answer is 404 either way,
+    as before: the path is unknown whoever asks."""
+    with contextlib.suppress(AuthenticationFailed):
+        exchange.team = runtime.keyring.identify(request.headers.get("Authorization")).name
 
 
 def _request_id(request: web.BaseRequest, runtime: Runtime) -> str:
@@ -147,13 +157,17 @@ class Gateway:
         state = self.state
         observers = state.observers
         exchange = Exchange(
-            _request_id(request, state.runtime), api[1] if api else "other", perf_counter()
+            _request_id(request, state.runtime),
+            api[1] if api else "other",
+            perf_counter(),
+            path=path,
         )
         for observer in observers:
             observer.started(exchange)
         response: web.StreamResponse
         try:
             if api is None:
+                _identify(request, state.runtime, exchange)
                 raise _unknown_path()
             method, endpoint = api
             _allow(request.method, method)

@@ -41,6 +41,7 @@ from proxy.config import Deployment, Model, RetryPolicy
 from proxy.errors import (
     ProxyError,
     UpstreamConnectError,
+    UpstreamError,
     UpstreamProtocolError,
     UpstreamStatusError,
     UpstreamTimeout,
@@ -186,13 +187,16 @@ class AttemptPlan:
 
     def retry_delay(self, now: float, error: ProxyError) -> float | None:
         """Seconds to wait before ``next``, after ``error`` ended the current attempt before
-        the client received a byte; None when ``error`` is final: not retryable, no attempt
-        left, or no breaker would allow one. Call it after ``report``.
+        the client received a byte; None when ``error`` is final: not retryable, raised midway
+        through an answer, no attempt left, or no breaker would allow one. Call it after
+        ``report``.
 
         A Retry-After is honoured when the next attempt goes back to the deployment that sent
         it; one longer than ``policy.retry_after_max`` takes that deployment out of this plan,
         and the next one is tried at once."""
         if self._current is None or not retryable(error):
+            return None
+        if isinstance(error, UpstreamError) and error.midway:
             return None
         index = self._current.index
         retry_after = error.retry_after if isinstance(error, UpstreamStatusError) else None

@@ -143,6 +143,9 @@ class UpstreamError(ProxyError):
     status = 502
     type = "upstream_error"
     kind: ClassVar[str] = "protocol"
+    # Raised once the upstream had begun answering with text that never reached the client:
+    # another attempt would generate it all over again, so none is made (``balancer``).
+    midway: bool = False
 
 
 class UpstreamConnectError(UpstreamError):

@@ -14,6 +14,8 @@ UNKNOWN_MODEL = "unknown"
 NO_PROVIDER = "none"
 
 _NO_FIXES: frozenset[str] = frozenset()
+# What of a path the access log keeps: enough for any API path, and a bound on a made-up one.
+PATH_MAX = 256
 
 
 # init=False and an __init__ of its own: compiled (setup.py), a dataclass's generated __init__
@@ -26,8 +28,9 @@ class Exchange:
     whole loop turn, so a request's overhead read 0 or 1 ms and its waits summed wrongly."""
 
     request_id: str
-    endpoint: str  # "chat", "completions", "models"
+    endpoint: str  # "chat", "completions", "models", "other"
     started: float  # when the request arrived
+    path: str  # the request's path, cut at PATH_MAX: for the access log, never a label
     team: str
     model: str  # a configured model name, never one a client made up
     provider: str
@@ -54,10 +57,12 @@ class Exchange:
         team: str = UNKNOWN_TEAM,
         model: str = UNKNOWN_MODEL,
         provider: str = NO_PROVIDER,
+        path: str = "",
     ) -> None:
         self.request_id = request_id
         self.endpoint = endpoint
         self.started = started
+        self.path = path[:PATH_MAX]
         self.team = team
         self.model = model
         self.provider = provider

@@ -13,8 +13,9 @@ and token counts live here, once:
 - usage is attributed as the exchange has it (``metered_usage``): the upstream's counts where it
   gave them, else the estimate (``source="estimated"``), also for a stream that the client
   abandoned or that failed after it began: that is the part generated before the end. A request
-  answered with an error status counts only what the upstream reported: nothing reached the
-  client, and there is nothing to estimate but the prompt.
+  answered with an error status counts what the upstream reported, and an estimate only of
+  text it generated (a whole answer collected from a stream that then timed out: the provider
+  bills it); an estimate of the prompt alone, for an answer that never began, is not counted.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def counted_fixes(exchange: Exchange) -> frozenset[str]:
 def metered_usage(exchange: Exchange, status: int) -> Usage | None:
     """The usage attributed to a request that ended with ``status`` (see the module docstring)."""
     usage = exchange.usage
-    if usage is None or (status >= 400 and usage.source == "estimated"):
+    if usage is None or (
+        status >= 400 and usage.source == "estimated" and not usage.completion_tokens
+    ):
         return None
     return usage
 

@@ -48,8 +48,11 @@ from proxy.upstream import (
     read_whole,
     upstream_error_for,
 )
+from proxy.usage import Usage
 
 T = TypeVar("T")
+
+USAGE_SOURCE: Final = "X-Usage-Source"
 
 # The largest whole response accepted from an upstream (a long completion is a few MB at most).
 RESPONSE_LIMIT: Final = 64 * 1024 * 1024
@@ -200,7 +203,12 @@ def _normalized(
     normalized = family.response(raw, ctx)
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
-    return JsonReply(normalized.body)
+    return _whole_reply(normalized.body, normalized.usage)
+
+
+def _whole_reply(body: bytes, usage: Usage) -> JsonReply:
+    # Whether the counts are the upstream's or the proxy's estimate (CANONICAL.md section 3).
+    return JsonReply(body, headers={USAGE_SOURCE: usage.source})
 
 
 async def relay_stream(
@@ -454,29 +462,32 @@ async def _upstream_timed_out(
     response: web.StreamResponse | None,
 ) -> None:
     """The upstream went quiet for longer than allowed: one error event, if anything was sent."""
-    timeouts = answer.timeouts
-    loop = asyncio.get_running_loop()
-    if loop.time() >= answer.deadline:
-        gap, seconds = "total", timeouts.total
-    elif response is None:
-        gap, seconds = "first byte", timeouts.first_byte
-    else:
-        gap, seconds = "idle", timeouts.idle
-    frames = normalizer.fail(
-        UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
-    )
+    frames = normalizer.fail(_gap_timeout(answer, started=response is not None))
     if response is None:
         return
     assert normalizer.error is not None
     _failed_after_first_byte(exchange, normalizer.error)
     try:
-        async with asyncio.timeout(timeouts.idle):
-            await response.write(frames[0])
+        async with asyncio.timeout(answer.timeouts.idle):
+            await response.write(b"".join(frames))
             await response.write_eof()
     except ConnectionResetError:
         exchange.client_disconnected = True
     except TimeoutError:
         _let_go(request, exchange)
+
+
+def _gap_timeout(answer: Answer, *, started: bool) -> UpstreamTimeout:
+    """The timeout for an upstream that went quiet: past the total, before its first event, or
+    for longer than the idle limit between two."""
+    timeouts = answer.timeouts
+    if answer.timer.loop.time() >= answer.deadline:
+        gap, seconds = "total", timeouts.total
+    elif not started:
+        gap, seconds = "first byte", timeouts.first_byte
+    else:
+        gap, seconds = "idle", timeouts.idle
+    return UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
 
 
 def _let_go(request: web.BaseRequest, exchange: Exchange) -> None:
@@ -496,27 +507,50 @@ def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
 
 
 async def _stream_as_whole(answer: Answer, exchange: Exchange) -> JsonReply:
-    """A whole answer was asked for but the upstream streamed: collect the stream, then answer."""
+    """A whole answer was asked for but the upstream streamed: collect the stream, then answer.
+
+    Bounded as a stream is: the first read by the first-byte limit, each later one by the idle
+    limit, all of it by the total and by the size limit of a whole answer. A timeout once text
+    has come is final (``midway``): another attempt would start the generation over."""
     normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
     decoder = SSEDecoder()
     frames: list[bytes] = []
-
-    async def collect() -> None:
+    timer = answer.timer
+    loop = timer.loop
+    timeouts = answer.timeouts
+    read = answer.response.content.readany
+    wait = timeouts.first_byte
+    size = 0
+    waited = perf_counter()
+    try:
         while not normalizer.ended:
+            timer.move(min(loop.time() + wait, answer.deadline))
             with mapped_errors("stream"):
-                data = await answer.response.content.readany()
+                data = await read()
+            wait = timeouts.idle
+            size += len(data)
+            if size > RESPONSE_LIMIT:
+                raise UpstreamProtocolError(
+                    f"The upstream's answer is larger than the limit of {RESPONSE_LIMIT} bytes"
+                )
             events = decoder.feed(data) if data else decoder.close()
             frames.extend(frames_for(normalizer, events, not data))
-
-    try:
-        await _read_within_total(answer, exchange, collect())
+    except asyncio.CancelledError:
+        if not timer.expired():
+            raise
+        error = _gap_timeout(answer, started=bool(frames))
+        error.midway = bool(frames)
+        raise error from None
     finally:
+        timer.close()
+        exchange.upstream_wait += perf_counter() - waited
+        answer.response.close()
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
     if normalizer.error is not None:
         raise normalizer.error
     usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
-    return JsonReply(response_from_frames(frames, usage))
+    return _whole_reply(response_from_frames(frames, usage), normalizer.usage)
 
 
 async def _whole_as_stream(

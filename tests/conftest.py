@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.harness import Servers, running_servers
-from tests.replay import FIXTURES, goldens
+from tests.replay import goldens, recordings
 
 DIALECT_PROVIDER = {
     "openai": "emu",
@@ -48,8 +49,14 @@ SCENARIO_MODELS: dict[str, Any] = {
 
 
 @pytest.fixture(scope="session")
-def servers() -> Iterator[Servers]:
-    with running_servers(FIXTURES) as running:
+def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every fixture, shared and our own, in one folder the emulator serves."""
+    return recordings(tmp_path_factory.mktemp("recordings"))
+
+
+@pytest.fixture(scope="session")
+def servers(fixture_dir: Path) -> Iterator[Servers]:
+    with running_servers(fixture_dir) as running:
         yield running
 
 

@@ -19,6 +19,8 @@ from tests.schema import validate, validate_completion_chunk
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "providers"
+# Our own fixtures, one class of upstream behaviour each (tests/fixtures/contract/README.md).
+CONTRACT = HERE / "fixtures" / "contract"
 GOLDEN = HERE / "golden"
 
 CLIENT_MODEL = "client-model"
@@ -33,10 +35,11 @@ MADE_CALL_ID = re.compile(r"^call_[A-Za-z0-9]{24}$")
 class Golden:
     name: str
     data: dict[str, Any]
+    root: Path = FIXTURES  # where its fixture is
 
     @property
     def fixture(self) -> Path:
-        return FIXTURES / self.data["fixture"]
+        return self.root / self.data["fixture"]
 
     @property
     def endpoint(self) -> str:
@@ -48,9 +51,10 @@ class Golden:
 
     @property
     def n(self) -> int:
-        """The ``n`` a client asks for to get this fixture's choices (1 for batch completions)."""
+        """The ``n`` a client asks for to get this fixture's choices (1 for batch completions),
+        unless the golden says (an upstream that sends more choices than were asked for)."""
         count = len(self.data["choices"])
-        return count if self.endpoint == "chat" else 1
+        return int(self.data.get("n", count if self.endpoint == "chat" else 1))
 
     def body(self) -> bytes:
         """The upstream body bytes (the TCP-splits fixture holds its reads; they are joined)."""
@@ -68,10 +72,23 @@ class Golden:
 
 
 def goldens() -> list[Golden]:
+    """The shared fixtures' goldens, then those of our own (tests/golden/contract/)."""
     return [
-        Golden(path.name.removesuffix(".json"), orjson.loads(path.read_bytes()))
-        for path in sorted(GOLDEN.glob("*.json"))
+        Golden(path.name.removesuffix(".json"), orjson.loads(path.read_bytes()), root)
+        for folder, root in ((GOLDEN, FIXTURES), (GOLDEN / "contract", CONTRACT))
+        for path in sorted(folder.glob("*.json"))
     ]
+
+
+def recordings(into: Path) -> Path:
+    """``into``, holding every fixture of both folders (as links), for the emulator to serve:
+    it serves one folder, and picks a recording by its file name."""
+    into.mkdir(parents=True, exist_ok=True)
+    for folder in (FIXTURES, CONTRACT):
+        for path in folder.iterdir():
+            if path.is_file() and path.suffix != ".md":
+                (into / path.name).symlink_to(path)
+    return into
 
 
 def parse_frames(body: bytes) -> list[Any]:
@@ -143,6 +160,7 @@ def check_stream(
     seen_role: set[int] = set()
     usage = None
     fingerprints = set()
+    tiers: list[str | None] = []
     for position, chunk in enumerate(chunks):
         if chat:
             validate(chunk, "CreateChatCompletionStreamResponse")
@@ -155,6 +173,7 @@ def check_stream(
         envelope = ids
         if chunk.get("system_fingerprint"):
             fingerprints.add(chunk["system_fingerprint"])
+        tiers.append(chunk.get("service_tier"))
         if "usage" in chunk:
             assert include_usage, "usage shown to a client that did not ask"
             assert usage is None, "usage shown twice"
@@ -218,6 +237,10 @@ def check_stream(
         assert fingerprints == (
             {data["system_fingerprint"]} if data["system_fingerprint"] else set()
         )
+        # Once given, on every chunk after (CANONICAL.md section 1).
+        tier = data["service_tier"]
+        given = tiers[tiers.index(tier) :] if tier in tiers else []
+        assert set(tiers) <= {tier, None} and (tier is None or set(given) == {tier}), tiers
 
     for key, want in data["choices"].items():
         index = int(key)
@@ -277,6 +300,7 @@ def check_whole(
     elif created is not None:
         assert body["created"] == created
     assert body.get("system_fingerprint") == data["system_fingerprint"]
+    assert body.get("service_tier") == data["service_tier"]
     assert len(body["choices"]) == len(data["choices"])
     for choice in body["choices"]:
         want = data["choices"][str(choice["index"])]

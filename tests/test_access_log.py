@@ -38,6 +38,7 @@ FIELDS = {
     "model",
     "provider",
     "endpoint",
+    "path",
     "stream",
     "status",
     "error_type",
@@ -63,7 +64,15 @@ MODELS: dict[str, Any] = {
 
 
 def test_access_record_fields() -> None:
-    exchange = Exchange("req-42", "chat", 10.0, team="alpha", model="llama", provider="emu")
+    exchange = Exchange(
+        "req-42",
+        "chat",
+        10.0,
+        team="alpha",
+        model="llama",
+        provider="emu",
+        path="/v1/chat/completions",
+    )
     exchange.stream = True
     exchange.status = 200
     exchange.usage = Usage(8, 4, 12, cached_tokens=3, reasoning_tokens=1)
@@ -83,6 +92,7 @@ def test_access_record_fields() -> None:
         "model": "llama",
         "provider": "emu",
         "endpoint": "chat",
+        "path": "/v1/chat/completions",
         "stream": True,
         "status": 200,
         "error_type": None,
@@ -215,6 +225,10 @@ async def test_one_line_per_api_request_and_no_secrets(
             (chat, {"model": "made-up", "messages": messages}, ALPHA_KEY),
             (chat, {"model": "llama", "messages": messages}, MADE_UP_KEY),
             (f"{proxy.url}/models", None, ALPHA_KEY),
+            # A path the proxy does not serve: 404, logged with the team and the path.
+            (f"{proxy.url}/vector_stores/vs_1/files", None, BETA_KEY),
+            (f"{proxy.url}/batches" + "/x" * 400, None, ALPHA_KEY),
+            (f"{proxy.url}/assistants", None, MADE_UP_KEY),
         ]
         for i, (url, body, key) in enumerate(requests):
             headers = {"Authorization": f"Bearer {key}", "X-Request-Id": f"given-{i}"}
@@ -250,9 +264,15 @@ async def test_one_line_per_api_request_and_no_secrets(
     for line in logged:
         assert set(line) == FIELDS
         assert line["ts"].endswith("Z")
-    teams = ["alpha", "beta", "alpha", "alpha", "unknown", "alpha"]
+    teams = ["alpha", "beta", "alpha", "alpha", "unknown", "alpha", "beta", "alpha", "unknown"]
     assert [line["team"] for line in logged] == teams
-    assert [line["model"] for line in logged][3:] == ["unknown", "unknown", "unknown"]
+    assert [line["model"] for line in logged][3:] == ["unknown"] * 6
+    assert [line["status"] for line in logged][6:] == [404, 404, 404]
+    assert [line["endpoint"] for line in logged][6:] == ["other"] * 3
+    paths = [line["path"] for line in logged]
+    assert paths[:3] == ["/v1/chat/completions"] * 3 and paths[5] == "/v1/models"
+    assert paths[6] == "/v1/vector_stores/vs_1/files" and paths[8] == "/v1/assistants"
+    assert paths[7] == ("/v1/batches" + "/x" * 400)[:256]
     text = log_text()
     for secret in (ALPHA_KEY, BETA_KEY, MADE_UP_KEY, SECRET_PROMPT, "Bearer", "Authorization"):
         assert secret not in text

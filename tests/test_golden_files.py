@@ -36,6 +36,7 @@ TOP_KEYS = [
     "id",
     "created",
     "system_fingerprint",
+    "service_tier",
     "choices",
     "usage",
 ]
@@ -57,6 +58,17 @@ DIALECTS = {"openai", "friendli-2024", "maritaca-inference"}
 EPOCH_RANGE = (946_684_800, 4_102_444_800)
 
 GOLDEN_FILES = sorted(GOLDEN.glob("*.json"))
+# Our own fixtures (tests/fixtures/contract), with their goldens in tests/golden/contract.
+CONTRACT = HERE / "fixtures" / "contract"
+CONTRACT_GOLDEN_FILES = sorted((GOLDEN / "contract").glob("*.json"))
+CONTRACT_FILES = sorted(p for p in CONTRACT.iterdir() if p.is_file() and p.suffix != ".md")
+ALL_GOLDEN_FILES = GOLDEN_FILES + CONTRACT_GOLDEN_FILES
+
+
+def _fixtures_of(path: Path) -> Path:
+    return CONTRACT if path.parent.name == "contract" else FIXTURES
+
+
 FIXTURE_FILES = sorted(p for p in FIXTURES.iterdir() if p.is_file() and p.name != "SOURCES.md")
 
 
@@ -385,19 +397,23 @@ def test_there_are_golden_files() -> None:
     assert FIXTURE_FILES
 
 
-@pytest.mark.parametrize("path", GOLDEN_FILES, ids=[p.name for p in GOLDEN_FILES])
+@pytest.mark.parametrize("path", ALL_GOLDEN_FILES, ids=[p.name for p in ALL_GOLDEN_FILES])
 def test_golden_file_format(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     golden = _load(path)
     keys = list(golden)
-    assert keys in (TOP_KEYS, [*TOP_KEYS, "notes"]), f"keys {keys}"
+    # "n": the n the client asks for, where an upstream sends more choices than that.
+    allowed = [[*TOP_KEYS, *n, *notes] for n in ([], ["n"]) for notes in ([], ["notes"])]
+    assert keys in allowed, f"keys {keys}"
+    if "n" in golden:
+        assert _is_int(golden["n"]) and 1 <= golden["n"] <= len(golden["choices"])
     assert text == json.dumps(golden, indent=2, ensure_ascii=False) + "\n", "not 2-space JSON"
     if "notes" in golden:
         assert _is_text(golden["notes"])
 
     fixture = golden["fixture"]
     assert path.name == f"{fixture}.json"
-    fixture_path = FIXTURES / fixture
+    fixture_path = _fixtures_of(path) / fixture
     assert fixture_path.is_file(), f"no fixture {fixture}"
 
     endpoint = golden["endpoint"]
@@ -407,7 +423,7 @@ def test_golden_file_format(path: Path) -> None:
     assert golden["dialect"] in DIALECTS
     if fixture.startswith("friendli.") and "legacy-2024-11" in fixture:
         assert golden["dialect"] == "friendli-2024"
-    elif fixture.startswith("maritaca.chat-inference."):
+    elif fixture.startswith("maritaca.chat-inference.") and path.parent == GOLDEN:
         assert golden["dialect"] == "maritaca-inference"
     else:
         assert golden["dialect"] == "openai"
@@ -426,6 +442,9 @@ def test_golden_file_format(path: Path) -> None:
     created = golden["created"]
     assert created is None or (_is_int(created) and EPOCH_RANGE[0] <= created < EPOCH_RANGE[1])
     assert golden["system_fingerprint"] is None or _is_text(golden["system_fingerprint"])
+    # OpenAI's values only (the schema's enum), and only where the schema has the field.
+    assert golden["service_tier"] in (None, "auto", "default", "flex", "scale", "priority")
+    assert golden["service_tier"] is None or endpoint == "chat"
 
     choices = golden["choices"]
     assert isinstance(choices, dict)
@@ -470,13 +489,13 @@ def test_golden_file_format(path: Path) -> None:
             assert usage["cached_tokens"] <= usage["prompt_tokens"]
 
 
-@pytest.mark.parametrize("path", GOLDEN_FILES, ids=[p.name for p in GOLDEN_FILES])
+@pytest.mark.parametrize("path", ALL_GOLDEN_FILES, ids=[p.name for p in ALL_GOLDEN_FILES])
 def test_golden_values_occur_in_the_fixture(path: Path) -> None:
     """Strings that pass through unchanged must appear in the fixture's bytes."""
     golden = _load(path)
-    raw = (FIXTURES / golden["fixture"]).read_text(encoding="utf-8")
+    raw = (_fixtures_of(path) / golden["fixture"]).read_text(encoding="utf-8")
     expected: list[str] = []
-    for field in ("id", "system_fingerprint"):
+    for field in ("id", "system_fingerprint", "service_tier"):
         if golden[field] is not None:
             expected.append(golden[field])
     if golden["error"] is not None and golden["error"]["message"] is not None:
@@ -544,3 +563,14 @@ def test_native_fixtures_are_native() -> None:
     )
     for name in native_listed:
         assert name.startswith(native_prefixes), f"{name} is not a native-API fixture"
+
+
+def test_every_contract_fixture_is_golden_and_described() -> None:
+    """Our own fixtures: each has a golden and a paragraph in their README, and none shares a
+    name with a shared one (the emulator serves both from one folder, by name)."""
+    readme = (CONTRACT / "README.md").read_text(encoding="utf-8")
+    described = set(re.findall(r"^- `([^`]+)`", readme, flags=re.MULTILINE))
+    fixtures = {path.name for path in CONTRACT_FILES}
+    golden = {path.name.removesuffix(".json") for path in CONTRACT_GOLDEN_FILES}
+    assert fixtures == golden == described
+    assert not fixtures & {path.name for path in FIXTURE_FILES}

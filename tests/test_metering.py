@@ -23,6 +23,7 @@ from proxy.usage import Usage
 
 UPSTREAM = Usage(8, 4, 12, cached_tokens=2, reasoning_tokens=1, source="upstream")
 ESTIMATE = Usage(2, 5, 7, source="estimated")
+PROMPT_ONLY = Usage(2, 0, 2, source="estimated")
 
 
 def exchange(**fields: object) -> Exchange:
@@ -107,8 +108,10 @@ def test_counted_fixes_are_the_known_ones_each_once() -> None:
         (UPSTREAM, 200, UPSTREAM),
         (ESTIMATE, 200, ESTIMATE),  # a stream cut short or abandoned: the part generated
         (UPSTREAM, 502, UPSTREAM),  # a failure counts what the upstream reported...
-        (ESTIMATE, 502, None),  # ...and nothing it did not
-        (ESTIMATE, 499, None),
+        (ESTIMATE, 504, ESTIMATE),  # ...and what it generated (a whole answer timed out)...
+        (PROMPT_ONLY, 502, None),  # ...but not a prompt it never began to answer
+        (PROMPT_ONLY, 499, None),
+        (ESTIMATE, 499, ESTIMATE),
     ],
 )
 def test_metered_usage(usage: Usage | None, status: int, metered: Usage | None) -> None:

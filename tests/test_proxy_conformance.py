@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,7 +21,6 @@ import pytest
 from tests.conftest import golden_models
 from tests.harness import TEAM_KEY, running_servers
 from tests.replay import (
-    FIXTURES,
     Golden,
     check_stream,
     check_whole,
@@ -32,6 +32,7 @@ from tests.replay import (
 PROXIED = [g for g in goldens() if g.name != "sse-quirks.tcp-splits.json"]
 STREAMS = [g for g in PROXIED if g.stream and g.data["outcome"] == "ok"]
 CHAT_STREAMS = [g for g in STREAMS if g.endpoint == "chat"]
+ERROR_STREAMS = [g for g in PROXIED if g.stream and g.data["outcome"] == "error"]
 _ids = lambda g: g.name  # noqa: E731
 AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
 
@@ -82,12 +83,37 @@ async def test_fixture_through_proxy(proxy_url: str, golden: Golden, include_usa
         assert response.status == 200, body
         assert headers["Content-Type"].startswith("application/json")
         check_whole(golden, orjson.loads(body), created=None, model=golden.name)
+        assert headers["X-Usage-Source"] == usage_source(golden)
         return
     assert response.status == 200, body
     assert headers["Content-Type"].startswith("text/event-stream")
     check_stream(
         golden, parse_frames(body), include_usage=include_usage, created=None, model=golden.name
     )
+
+
+def usage_source(golden: Golden) -> str:
+    """What a whole answer's X-Usage-Source must say (CANONICAL.md section 3)."""
+    return "estimated" if golden.data["usage"] is None else "upstream"
+
+
+@pytest.mark.parametrize("golden", STREAMS + ERROR_STREAMS, ids=_ids)
+async def test_stream_fixture_asked_for_whole(proxy_url: str, golden: Golden) -> None:
+    """An upstream that answers a whole request with a stream: the client still gets the one
+    canonical response the stream tells, its usage marked as the upstream's or an estimate."""
+    body = {**request_body(golden, include_usage=False), "stream": False}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(proxy_url + path(golden), json=body, headers=AUTH) as response,
+    ):
+        raw = await response.read()
+    if golden.data["outcome"] == "error":
+        assert response.status >= 400, raw
+        assert orjson.loads(raw)["error"]["type"] == golden.data["error"]["type"]
+        return
+    assert response.status == 200, raw
+    check_whole(golden, orjson.loads(raw), created=None, model=golden.name)
+    assert response.headers["X-Usage-Source"] == usage_source(golden)
 
 
 def expected_text(golden: Golden) -> str:
@@ -181,10 +207,10 @@ PACE = 0.001
 
 
 @pytest.fixture(scope="module")
-def paced_url() -> Iterator[str]:
+def paced_url(fixture_dir: Path) -> Iterator[str]:
     """A proxy whose upstream sends each event in a read of its own, as providers do: from a
     stream's second read on, the relay's pipe takes it (proxy.pipe)."""
-    with running_servers(FIXTURES, chunk_delay=PACE) as servers:
+    with running_servers(fixture_dir, chunk_delay=PACE) as servers:
         url, _ = servers.start_proxy(golden_models())
         yield url
 

@@ -15,6 +15,8 @@ from proxy.normalize.fields import RequestContext
 from proxy.sse import DONE_FRAME, encode_data
 
 _DELTA_KEYS = ("role", "content", "reasoning_content", "refusal", "function_call")
+# Envelope fields that the normalizers keep from the upstream (CANONICAL.md section 1).
+_PASSED_ON = ("service_tier", "system_fingerprint")
 
 
 def frames_from_response(body: bytes, ctx: RequestContext) -> list[bytes]:
@@ -28,8 +30,9 @@ def frames_from_response(body: bytes, ctx: RequestContext) -> list[bytes]:
         "created": whole["created"],
         "model": whole["model"],
     }
-    if "system_fingerprint" in whole:
-        envelope["system_fingerprint"] = whole["system_fingerprint"]
+    for key in _PASSED_ON:
+        if key in whole:
+            envelope[key] = whole[key]
     frames = []
     for choice in whole["choices"]:
         if chat:
@@ -90,8 +93,9 @@ def response_from_frames(frames: list[bytes], usage: dict[str, Any]) -> bytes:
                 "created": chunk["created"],
                 "model": chunk["model"],
             }
-        if chunk.get("system_fingerprint"):
-            envelope["system_fingerprint"] = chunk["system_fingerprint"]
+        for key in _PASSED_ON:
+            if chunk.get(key):
+                envelope[key] = chunk[key]
         for choice in chunk["choices"]:
             whole = choices.setdefault(choice["index"], _empty_choice(choice["index"], chat))
             _add(whole, choice, chat)
@@ -130,6 +134,8 @@ def _add(whole: dict[str, Any], choice: dict[str, Any], chat: bool) -> None:
         for key, items in choice["logprobs"].items():
             if isinstance(items, list):
                 merged[key] = (merged.get(key) or []) + items
+            else:
+                merged.setdefault(key, items)  # the schema wants refusal: null kept, say
         whole["logprobs"] = merged
     if not chat:
         whole["text"] += choice["text"]

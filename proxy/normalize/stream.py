@@ -29,6 +29,7 @@ from proxy.normalize.fields import (
     is_error_finish,
     make_id,
     plausible_created,
+    service_tier,
     take_text,
     upstream_error,
 )
@@ -42,6 +43,7 @@ from proxy.normalize.tables import (
     FIX_FINISH_SYNTHESIZED,
     FIX_ROLE,
     FIX_USAGE,
+    REASONING_KEYS,
     STOP_MEANS_TOOL_CALLS,
 )
 from proxy.normalize.toolcalls import ToolCalls
@@ -55,7 +57,9 @@ from proxy.usage import (
     usage_value,
 )
 
-_CHUNK_KEYS = frozenset({"id", "object", "created", "model", "choices", "system_fingerprint"})
+_CHUNK_KEYS = frozenset(
+    {"id", "object", "created", "model", "choices", "system_fingerprint", "service_tier"}
+)
 _CHAT_CHOICE_KEYS = frozenset({"index", "delta", "logprobs", "finish_reason"})
 _COMPLETION_CHOICE_KEYS = frozenset({"index", "text", "logprobs", "finish_reason"})
 # The end of an ordinary content chunk's frame, after its JSON-encoded text (``_ordinary``).
@@ -96,6 +100,8 @@ class StreamNormalizer:
         self._id: str | None = None
         self._created: int | None = None
         self._fingerprint: str | None = None
+        self._tier: str | None = None  # service_tier, canonical (fields.service_tier)
+        self._tier_seen: object = None  # the upstream's last service_tier, as it came
         self._choices: dict[int, _Choice] = {}
         self._usage: dict[str, Any] | None = None  # reported for the whole response
         self._choice_usage: dict[int, dict[str, Any]] = {}  # reported on one choice's chunks
@@ -106,6 +112,13 @@ class StreamNormalizer:
         # whenever what they were made of changes (the fingerprint).
         self._heads: dict[int, bytes] = {}
         self._fast = self._chat and ctx.dialect == "openai"
+        # A chat stream whose client asked for one choice may still bring several (a default
+        # n, best_of), or TGI <= 2.0's token positions as indices (``_index``, ``_holds``).
+        self._single = self._chat and ctx.n <= 1
+        self._aliases: dict[int, int] = {}  # upstream index -> the client's choice index
+        self._last_index: int | None = None  # the upstream index of the latest choice
+        self._positional = False  # indices were seen counting token positions
+        self._held: dict[str, Any] | None = None  # a chunk whose index the next one tells
 
     # -- input ---------------------------------------------------------------------------
 
@@ -153,9 +166,12 @@ class StreamNormalizer:
         """End the client's stream with one error event (CANONICAL.md section 4)."""
         if self.ended:
             return []
+        frames = self._release(None)  # text held back still reaches the client, before it
+        if self.ended:
+            return frames
         self.ended = True
         self.error = exc
-        return [encode_data(orjson.dumps(error_body(exc)))]
+        return [*frames, encode_data(orjson.dumps(error_body(exc)))]
 
     # -- results -------------------------------------------------------------------------
 
@@ -170,6 +186,17 @@ class StreamNormalizer:
     # -- one chunk -----------------------------------------------------------------------
 
     def _chunk(self, payload: dict[str, Any]) -> list[bytes]:
+        if not self._single:
+            return self._frames(payload)
+        frames = self._release(payload)
+        if self.ended:
+            return frames
+        if self._holds(payload):
+            self._held = payload
+            return frames
+        return frames + self._frames(payload) if frames else self._frames(payload)
+
+    def _frames(self, payload: dict[str, Any]) -> list[bytes]:
         error = payload.get("error")
         if error:
             # HTTP 200 then {"error": {...}}, or OpenRouter's error chunk with a fake choice.
@@ -237,6 +264,9 @@ class StreamNormalizer:
         fingerprint = payload.get("system_fingerprint")
         if fingerprint is not None and fingerprint != self._fingerprint:
             return None
+        tier = payload.get("service_tier")
+        if (tier is not None and tier != self._tier_seen) or self._held is not None:
+            return None
         head = self._heads.get(index)
         if head is None:
             head = self._ordinary_head(index)
@@ -248,13 +278,14 @@ class StreamNormalizer:
             self.fixes.add(FIX_EXTRAS)
         self._text_chars += len(content)
         self._text_events += 1
+        self._last_index = index
         return head + orjson.dumps(content) + _ORDINARY_TAIL
 
     def _ordinary_head(self, index: int) -> bytes | None:
         """The frame up to the text for choice ``index``, once the general path has set it up."""
         if self._id is None or self._created is None:
             return None  # the envelope is fixed by the first chunk, on the general path
-        if index < 0 or (index != 0 and self.ctx.n <= 1):
+        if index < 0 or (self._single and self._aliases.get(index) != index):
             return None  # an index the general path fixes (and notes)
         state = self._choices.get(index)
         if state is None or not state.role_sent:
@@ -276,6 +307,8 @@ class StreamNormalizer:
             "created": self._created,
             "model": self.ctx.model,
         }
+        if self._tier is not None:
+            chunk["service_tier"] = self._tier
         if self._fingerprint is not None:
             chunk["system_fingerprint"] = self._fingerprint
         chunk["choices"] = choices
@@ -298,6 +331,14 @@ class StreamNormalizer:
         if isinstance(fingerprint, str) and fingerprint and fingerprint != self._fingerprint:
             self._fingerprint = fingerprint
             self._heads.clear()
+        raw_tier = payload.get("service_tier")
+        if raw_tier is not None and raw_tier != self._tier_seen:
+            self._tier_seen = raw_tier
+            # The completions chunk schema has no service_tier (CANONICAL.md section 1).
+            tier = service_tier(raw_tier) if self._chat else None
+            if tier is not None and tier != self._tier:
+                self._tier = tier
+                self._heads.clear()
 
     def _take_usage(self, payload: dict[str, Any]) -> None:
         raw = payload.get("usage")
@@ -331,12 +372,62 @@ class StreamNormalizer:
 
     def _index(self, raw: dict[str, Any]) -> int:
         index = raw.get("index")
-        valid = isinstance(index, int) and not isinstance(index, bool) and index >= 0
-        if valid and (index == 0 or self.ctx.n > 1 or self.ctx.endpoint == "completions"):
-            return index  # type: ignore[return-value]
-        # One chat choice asked for: any index is that choice (TGI <= 2.0 sends token positions).
-        self.fixes.add(FIX_ENVELOPE)
-        return 0
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            self.fixes.add(FIX_ENVELOPE)
+            return 0
+        if not self._single:
+            return index
+        self._last_index = index
+        alias = self._aliases.get(index)
+        if alias is None:
+            # The first index is choice 0; a later one that ``_holds`` did not take for a token
+            # position is a choice of its own: text is never merged (CANONICAL.md section 2).
+            alias = self._aliases[index] = self._next_choice(index) if self._aliases else 0
+        if alias != index:
+            self.fixes.add(FIX_ENVELOPE)
+        return alias
+
+    def _next_choice(self, index: int) -> int:
+        """The client's index for a new upstream choice: its own when that keeps them dense."""
+        taken = set(self._aliases.values())
+        last = max(taken)
+        return index if index not in taken and index <= last + 1 else last + 1
+
+    # -- one choice asked for, several indices seen ------------------------------------------
+
+    def _holds(self, payload: dict[str, Any]) -> bool:
+        """Whether this chunk's index might be a token position (TGI <= 2.0 counts one up per
+        chunk): then only the next chunk tells, and the chunk waits for it (``_release``).
+
+        It might when it is the one choice of its chunk, new, one past the latest index, whose
+        choice has not finished, and not a choice's opener (a role with no text yet): a real
+        second choice opens so, unless the stream has already shown token positions."""
+        choices = payload.get("choices")
+        if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+            return False
+        raw = choices[0]
+        index = raw.get("index")
+        last = self._last_index
+        if type(index) is not int or last is None or index != last + 1 or index in self._aliases:
+            return False
+        state = self._choices.get(self._aliases.get(last, -1))
+        if state is None or state.finish is not None or payload.get("error"):
+            return False
+        return self._positional or not _opens(raw)
+
+    def _release(self, after: dict[str, Any] | None) -> list[bytes]:
+        """The frames of the chunk held back, now that ``after`` (None: the end) tells what its
+        index was: a token position if ``after`` counts on (or nothing contradicts it), else a
+        choice of its own (it revisits an index, repeats its own, or is no single choice)."""
+        held = self._held
+        if held is None:
+            return []
+        self._held = None
+        index: int = held["choices"][0]["index"]
+        if after is None or _continues(after, index, self._aliases):
+            self._aliases[index] = self._aliases[index - 1]
+            self._positional = True
+        return self._frames(held)
 
     def _state(self, raw: dict[str, Any]) -> tuple[int, _Choice]:
         index = self._index(raw)
@@ -446,6 +537,9 @@ class StreamNormalizer:
     # -- the end -------------------------------------------------------------------------
 
     def _end(self, *, done: bool) -> list[bytes]:
+        if self._held is not None:
+            frames = self._release(None)
+            return frames if self.ended else frames + self._end(done=done)
         if not self._choices:
             return self.fail(UpstreamProtocolError("The upstream stream ended without any choice"))
         unfinished = [state for state in self._choices.values() if state.finish is None]
@@ -500,3 +594,23 @@ class StreamNormalizer:
             "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens,
         }
+
+
+def _opens(raw: dict[str, Any]) -> bool:
+    """Whether a chat choice's chunk only opens it: a role, and no text or call yet."""
+    delta = raw.get("delta")
+    if type(delta) is not dict or delta.get("role") is None:
+        return False
+    return not any(delta.get(key) for key in ("content", "tool_calls", *REASONING_KEYS))
+
+
+def _continues(payload: dict[str, Any], index: int, aliases: dict[int, int]) -> bool:
+    """Whether ``payload`` goes on counting token positions from ``index``; a chunk with no
+    choice (usage, say) says nothing against it."""
+    choices = payload.get("choices")
+    if type(choices) is not list or not choices:
+        return True
+    if len(choices) != 1 or type(choices[0]) is not dict:
+        return False
+    following = choices[0].get("index")
+    return following == index + 1 and following not in aliases
