@@ -6,12 +6,12 @@
 # The image runs `llm-proxy serve --config /etc/llm-proxy/proxy.yaml` as an unprivileged user.
 # The baked config is deploy/kubernetes/proxy.yaml (keys from the environment); mount a directory
 # of your own over /etc/llm-proxy to replace it. LLM_PROXY_WORKERS sets the worker processes.
-# README.md ("Deployment") has the details.
+# docs/deployment.md has the details.
 
 # Python 3.11: the one CI runs the tests on, compiled and pure, and the one the compiled build
 # is fastest on. On 3.12 and 3.13 (pyenv builds configured alike), the same compiled package took
 # 16-18 % and 22 % more CPU per request at plain-64, and on 3.12 it took 6 % more than its own
-# pure package did (README, "The compiled build").
+# pure package did (docs/deployment.md, "The compiled build").
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # The build stage's: the same Python (keep the two in step), with the C compiler and headers that
 # mypyc needs. Nothing of it but the virtualenv reaches the final image.
@@ -35,9 +35,9 @@ COPY pyproject.toml setup.py README.md ./
 COPY proxy ./proxy
 # proxy/demo.yaml is a link to config/demo.yaml: without its target the package would lose it.
 COPY config/demo.yaml ./config/demo.yaml
-# The hot modules compiled by mypyc (setup.py; README, "The compiled build"). mypyc type-checks
-# them against the runtime dependencies, so those come first and the wheel's build is not
-# isolated. Then the wheel, not editable, so the virtualenv stands alone; pip compiles the
+# The hot modules compiled by mypyc (setup.py; docs/deployment.md, "The compiled build"). mypyc
+# type-checks them against the runtime dependencies, so those come first and the wheel's build
+# is not isolated. Then the wheel, not editable, so the virtualenv stands alone; pip compiles the
 # bytecode now, because the container's root filesystem is read-only at run time.
 RUN pip install --no-cache-dir . \
     && LLM_PROXY_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --no-deps \

@@ -6,7 +6,7 @@
 #   - a separate virtualenv (default .bench-venv, or the path given as --venv PATH) with py-spy
 #     and the peers measured by `bench/run.py --peers`: LiteLLM's proxy and TensorZero. It is
 #     made with `python3`, or with the interpreter given as --python PATH: give the one that
-#     runs bench/run.py, so that LiteLLM runs on the same Python as ours (README, "Performance").
+#     runs bench/run.py, so that LiteLLM runs on the same Python as ours (docs/performance.md).
 # Usage: bash bench/setup.sh [--tools-only] [--venv PATH] [--python PATH]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 """``ChunkDecoder``: an HTTP/1.1 chunked body (RFC 9112, section 7.1) taken apart, sans IO.
 
 ``proxy.pipe`` takes a started stream's body straight from its upstream connection with it,
-rather than through aiohttp's parser and reader (README, "Performance"), and hands the parser
+rather than through aiohttp's parser and reader (docs/performance.md), and hands the parser
 back the body's last chunk, from its size line on, so that the parser ends the message as it
 would have. Fed bytes as they arrive, in any pieces; malformed framing raises
 ``UpstreamProtocolError``, and is as strict as aiohttp's parser (llhttp): CRLF line ends, a

@@ -6,9 +6,7 @@ on the next ``connect``: two coroutines, a new ``Connection``, a set and a deque
 of it interpreted. Under load (plain-64, `py-spy record --native` on a worker) that was about
 4 % of a worker's samples. Here a connection stays acquired from the connector for its whole
 life: an answer that ends cleanly puts it on its place's ``Shelf`` and the next request to the
-same place takes it back, in a few compiled steps. bench/ab.py, two runs of 9 rounds: plain-64
-0.962x and 0.982x the CPU per request, stream-16 0.968x and 0.941x per stream (README, "What
-each change bought").
+same place takes it back, in a few compiled steps (docs/performance.md says what it buys).
 
 What the connector did for its idle connections, this does too:
 

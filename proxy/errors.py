@@ -61,9 +61,8 @@ def handled(exc: E) -> E:
     locals: the request, its exchange, the upstream response, and the exception itself again
     (the exchange's ``failure``, the attempt loop's ``last_error``, the body reader's
     exception). That is a cycle, which only the cycle collector frees: with an upstream
-    refusing every request, about 50 objects per request, which took each worker's collector
-    0.9 s of CPU in a run of 10 s at 64 connections, and full collections of 150 to 527 ms
-    (README, "Performance").
+    refusing every request, dozens of objects per request, and long full collections
+    (docs/performance.md).
     """
     current: BaseException | None = exc
     for _ in range(_CHAIN_LIMIT):

@@ -1,7 +1,7 @@
 """The Prometheus collectors, built on an injected registry, and their exposition on /metrics.
 
 ``ProxyMetrics`` is an ``Observer``: it counts each API request once, when it finishes, in the
-label values of ``proxy.metering``. README's metrics reference lists every metric; the names are
+label values of ``proxy.metering``. docs/metrics.md lists every metric; the names are
 a contract with dashboards and alert rules, so they change only with them.
 
 With several workers, prometheus_client's multiprocess mode keeps each worker's values in files

@@ -2,9 +2,10 @@
 ``proxy.upstream`` uses them, and ``connection_pool``, which puts them together with
 ``proxy.connections`` (which keeps the idle ones).
 
-Apart from ``proxy.upstream`` and left interpreted (README, "The compiled build"): these classes
-extend aiohttp's, and mypyc cannot compile a class whose base has ``__slots__`` (the import
-fails). ``proxy.upstream``, which writes every request and reads its answer, is compiled.
+Apart from ``proxy.upstream`` and left interpreted (docs/deployment.md, "The compiled
+build"): these classes extend aiohttp's, and mypyc cannot compile a class whose base has
+``__slots__`` (the import fails). ``proxy.upstream``, which writes every request and reads its
+answer, is compiled.
 """
 
 from __future__ import annotations
@@ -148,8 +149,7 @@ class _Connector(aiohttp.TCPConnector):
 # How long an idle upstream connection is kept for the next request: nginx's upstream default
 # (reqwest's, which TensorZero uses, is 90 s), not aiohttp's 15 s. Traffic comes in bursts, and
 # a burst that finds the pool emptied by a quiet spell opens its connections anew, each taking
-# three turns of a loop that is busy with the burst: at the start of 1,000 slow streams, 5 ms
-# each at the median and up to 44 ms (a lab of bench/run.py's slow-1000; README, "Performance").
+# three turns of a loop that is busy with the burst, in front of the requests that wait for it.
 KEEPALIVE: Final = 60.0
 # The most upstream connections one process has in use at once; those proxy.connections keeps
 # idle count too, until it closes one to make way for a new one.

@@ -310,14 +310,14 @@ def http_status(url: str, headers: Mapping[str, str] | None = None) -> tuple[int
         return int(error.code), bytes(error.read())
 
 
-# --- README's metrics reference --------------------------------------------------------------
+# --- The metrics reference (docs/metrics.md) -------------------------------------------------
 
-README = ROOT / "README.md"
+METRICS_DOC = ROOT / "docs" / "metrics.md"
 
 
 def readme_metrics() -> dict[str, tuple[str, frozenset[str]]]:
-    """README's metrics table: name -> (type, label names)."""
-    text = README.read_text(encoding="utf-8")
+    """The metrics table of docs/metrics.md: name -> (type, label names)."""
+    text = METRICS_DOC.read_text(encoding="utf-8")
     section = text.split("<!-- metrics:start -->", 1)[1].split("<!-- metrics:end -->", 1)[0]
     table: dict[str, tuple[str, frozenset[str]]] = {}
     for line in section.splitlines():
@@ -330,7 +330,7 @@ def readme_metrics() -> dict[str, tuple[str, frozenset[str]]]:
 
 
 def exposed_metrics(text: str) -> dict[str, tuple[str, frozenset[str]]]:
-    """An exposition's metrics as README names them: name -> (type, label names)."""
+    """An exposition's metrics as docs/metrics.md names them: name -> (type, label names)."""
     families = list(text_string_to_metric_families(text))
     typed = {family.name: family.type for family in families}
     exposed: dict[str, tuple[str, frozenset[str]]] = {}

@@ -158,7 +158,8 @@ def test_two_stages_of_one_python_the_final_one_slim() -> None:
     slim = re.fullmatch(r"python:(3\.\d+)-slim-(\w+)", final.base)
     assert built and slim and built.groups() == slim.groups(), (build.base, final.base)
     # And the Python that CI (.ci/run) tests the compiled package on, which is also the one it
-    # was measured fastest on (README, "The compiled build"): 3.12 and 3.13 are not tested.
+    # was measured fastest on (docs/deployment.md, "The compiled build"): 3.12 and 3.13 are not
+    # tested.
     assert built.group(1) == "3.11", build.base
     # The final image takes the virtualenv from the build, and nothing else of it.
     assert [a for a in final.all("COPY") if a.startswith("--from")] == [

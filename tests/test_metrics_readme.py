@@ -1,4 +1,5 @@
-"""README's metrics reference lists exactly what GET /metrics exposes after some traffic."""
+"""The metrics reference (docs/metrics.md) lists exactly what GET /metrics exposes after some
+traffic."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def running() -> Iterator[Stage]:
         yield built
 
 
-def test_readme_lists_metrics_with_types_and_labels() -> None:
+def test_docs_list_metrics_with_types_and_labels() -> None:
     table = readme_metrics()
     assert len(table) == 16
     for name, (kind, labels) in table.items():
@@ -36,7 +37,7 @@ def test_readme_lists_metrics_with_types_and_labels() -> None:
         assert bool(labels) != (name == "llm_proxy_log_lines_dropped_total")
 
 
-async def test_readme_matches_the_exposition(running: Stage) -> None:
+async def test_docs_match_the_exposition(running: Stage) -> None:
     proxy = running.proxy(
         {
             "llama": {"provider": "emu", "model": "friendli"},
