@@ -126,12 +126,12 @@ def _demo_text(port: int) -> str:
 The proxy is running on {base} in front of the offline emulator (config/demo.yaml).
 
   curl {base}/chat/completions \\
-    -H "Authorization: Bearer sk-demo" -H "Content-Type: application/json" \\
+    -H "Authorization: Bearer sk-demo-key" -H "Content-Type: application/json" \\
     -d '{{"model": "gpt-4o-mini", "stream": true,
          "messages": [{{"role": "user", "content": "Hi"}}]}}'
 
   from openai import OpenAI
-  client = OpenAI(base_url="{base}", api_key="sk-demo")
+  client = OpenAI(base_url="{base}", api_key="sk-demo-key")
   for chunk in client.chat.completions.create(
       model="llama-3.1-8b", stream=True, messages=[{{"role": "user", "content": "Hi"}}]
   ):

@@ -124,7 +124,8 @@ async def handle_completion(
                 request, state, runtime, exchange, model, provider, deployment, client_request
             )
         except ProxyError as exc:
-            last_error = handled(exc)
+            # Whatever the upstream said, before it is logged or answered (docs/security.md).
+            last_error = runtime.redact.error(handled(exc))
             _circuit(state, model, deployment, plan.report(loop.time(), exc))
             delay = plan.retry_delay(loop.time(), exc)
             if delay is None or not isinstance(exc, UpstreamError):
@@ -194,6 +195,7 @@ async def _attempt(
         dialect=provider.dialect,
         n=client_request.n,
         prompt=client_request.prompt,
+        redact=runtime.redact,
     )
     body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     timeouts = provider.timeouts

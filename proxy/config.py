@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import Final
 from urllib.parse import urlsplit
 
 from proxy.checker import (
@@ -151,6 +152,9 @@ class Config:
     models: Mapping[str, Model]
     teams: Mapping[str, Team]
     routing: Routing = field(default_factory=Routing)
+    # Every credential the configuration holds (provider keys, header and query values, team
+    # keys given in clear, the metrics token): redacted from whatever an upstream says back.
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 def key_digest(key: str) -> bytes:
@@ -185,7 +189,14 @@ def parse_config(raw: object, env: Mapping[str, str]) -> Config:
     names = frozenset(providers)
     models = {n: _parse_model(ck, n, v, p, names) for n, v, p in ck.section(root, "models")}
     seen_keys: dict[bytes, str] = {}
-    teams = {n: _parse_team(ck, n, v, p, seen_keys) for n, v, p in ck.section(root, "teams")}
+    secrets: list[str] = []
+    teams = {
+        n: _parse_team(ck, n, v, p, seen_keys, secrets) for n, v, p in ck.section(root, "teams")
+    }
+    for provider in providers.values():
+        secrets += _provider_secrets(ck, provider)
+    if metrics.token:
+        secrets.append(ck.value(metrics.token, "metrics.token", _secret, ""))
     if ck.problems:
         raise ConfigError(ck.problems)
     return Config(
@@ -196,7 +207,28 @@ def parse_config(raw: object, env: Mapping[str, str]) -> Config:
         MappingProxyType(models),
         MappingProxyType(teams),
         routing,
+        tuple(dict.fromkeys(secret for secret in secrets if secret)),
     )
+
+
+def _provider_secrets(ck: Checker, provider: Provider) -> list[str]:
+    """A provider's credentials: its key, and every header and query value but settings."""
+    path = f"providers.{provider.name}"
+    found: list[str] = []
+    if provider.api_key:
+        found.append(ck.value(provider.api_key, f"{path}.api_key", _secret, ""))
+    for part, values in (("headers", provider.headers), ("query", provider.query)):
+        for name, value in values.items():
+            lowered = name.lower()
+            if lowered in NOT_SECRET:
+                continue
+            if any(word in lowered for word in _CREDENTIAL_WORDS):
+                found.append(ck.value(value, f"{path}.{part}.{name}", _secret, ""))
+            elif len(value) >= SECRET_MIN:
+                # Perhaps a credential under a name of its own: redacted all the same. A
+                # shorter one cannot be without mangling the words of messages.
+                found.append(value)
+    return found
 
 
 # --- sections ---------------------------------------------------------------------------------
@@ -362,12 +394,21 @@ def _parse_deployment(
     )
 
 
-def _parse_team(ck: Checker, name: str, raw: object, path: str, seen: dict[bytes, str]) -> Team:
+def _parse_team(
+    ck: Checker,
+    name: str,
+    raw: object,
+    path: str,
+    seen: dict[bytes, str],
+    secrets: list[str],
+) -> Team:
     node = ck.mapping(raw, path, _TEAM_KEYS)
     if node is None:
         return Team(name, (), ())
     digests: list[bytes] = []
-    for item, digest in ck.items(node, "keys", path, _key_digest):
+    for item, (key, digest) in ck.items(node, "keys", path, _team_key):
+        if key is not None:
+            secrets.append(key)
         # One key, one team: otherwise which team a request belongs to would be ambiguous.
         if digest in seen:
             ck.fail(item, f"duplicate key: same as {seen[digest]}")
@@ -395,6 +436,29 @@ _FRAMING_HEADERS = frozenset(
     }
 )
 _KEY = re.compile(r"[\x21-\x7e]+")  # what fits in "Authorization: Bearer <key>" unmangled
+SECRET_MIN: Final = 8
+# Header and query names whose values are settings, not credentials: never redacted (Azure's
+# api-version=preview). A value under a name with one of _CREDENTIAL_WORDS in it is held to
+# SECRET_MIN; any other value of that length or more is redacted too (docs/security.md).
+NOT_SECRET: Final = frozenset(
+    {
+        "accept",
+        "anthropic-beta",
+        "anthropic-version",
+        "api-version",
+        "host",
+        "openai-beta",
+        "user-agent",
+    }
+)
+_CREDENTIAL_WORDS: Final = (
+    "key",
+    "token",
+    "secret",
+    "auth",
+    "password",
+    "signature",
+)
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 
@@ -454,12 +518,22 @@ def _api_key(value: object) -> str | None:
     return _plain_string(value) or None
 
 
-def _key_digest(value: object) -> bytes:
+def _team_key(value: object) -> tuple[str | None, bytes]:
+    """(the key, unless given as its digest; its digest)."""
     key = text(value)
     if not _KEY.fullmatch(key):
         raise Invalid("must be printable ASCII without spaces")
     if not key.startswith("sha256:"):
-        return key_digest(key)
+        return _secret(key), key_digest(key)
     if not _SHA256_HEX.fullmatch(key.removeprefix("sha256:")):
         raise Invalid("'sha256:' must be followed by exactly 64 hex digits")
-    return bytes.fromhex(key.removeprefix("sha256:"))
+    return None, bytes.fromhex(key.removeprefix("sha256:"))
+
+
+def _secret(value: object) -> str:
+    # A short secret is guessable, and redacting it would mangle ordinary words in the messages
+    # it is redacted from (docs/security.md).
+    secret = text(value)
+    if len(secret) < SECRET_MIN:
+        raise Invalid(f"a secret must be at least {SECRET_MIN} characters")
+    return secret

@@ -19,6 +19,7 @@ from proxy.config import Config, Deployment, Model, Routing
 from proxy.deadline import Deadlines
 from proxy.exchange import Exchange
 from proxy.pipe import Relays
+from proxy.redact import Redactor
 from proxy.routing import ModelTable
 from proxy.upstream import Target, UpstreamClient, target_for
 
@@ -75,6 +76,7 @@ class Runtime:
     breakers: Mapping[str, tuple[CircuitBreaker, ...]]  # per model, aligned with its deployments
     loaded_at: int
     rng: random.Random = field(default_factory=random.Random)
+    redact: Redactor = field(default_factory=lambda: Redactor(()))
 
     @classmethod
     def from_config(cls, config: Config, previous: Runtime | None = None) -> Runtime:
@@ -103,6 +105,7 @@ class Runtime:
             breakers,
             int(time.time()),
             rng,
+            Redactor(config.secrets),
         )
 
 

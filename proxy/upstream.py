@@ -122,7 +122,6 @@ class Target:
     """Where and how one provider is called; computed once per configuration."""
 
     destinations: Mapping[Endpoint, Destination]  # the endpoints its dialect serves
-    secrets: tuple[str, ...]  # values to scrub from anything an upstream says back
     timeout: aiohttp.ClientTimeout  # connecting; the rest is bounded by the caller's deadlines
 
 
@@ -131,11 +130,6 @@ def target_for(provider: Provider) -> Target:
     headers.update(provider.headers)
     if provider.api_key and not any(name.lower() in _AUTH_HEADERS for name in provider.headers):
         headers["Authorization"] = f"Bearer {provider.api_key}"
-    secrets = tuple(
-        value for name, value in headers.items() if name.lower() in _AUTH_HEADERS and value
-    )
-    if provider.api_key:
-        secrets += (provider.api_key,)
     connect = provider.timeouts.connect
     timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect)
     destinations = {
@@ -143,7 +137,7 @@ def target_for(provider: Provider) -> Target:
         for (dialect, endpoint), path in _PATHS.items()
         if dialect == provider.dialect
     }
-    return Target(destinations, secrets, timeout)
+    return Target(destinations, timeout)
 
 
 # What can come out of talking to a provider, for callers that catch it themselves on a hot path.
@@ -177,18 +171,11 @@ def mapped_errors(phase: str) -> Iterator[None]:
         raise upstream_error_for(exc, phase) from exc
 
 
-def _scrub(message: str, target: Target) -> str:
-    for secret in target.secrets:
-        message = message.replace(secret, "***")
-    return message
-
-
 def status_error(
     status: int,
     reason: str,
     content_type: str,
     body: bytes,
-    target: Target,
     retry_after: str | None,
 ) -> UpstreamStatusError:
     """The error for an upstream's non-200 answer, in whatever envelope it came.
@@ -219,7 +206,6 @@ def status_error(
             text = " ".join(_TAG.sub(" ", text).split())[:500]
             message = text or f"The upstream answered {status} {reason}".rstrip()
         exc = UpstreamStatusError(message, upstream_status=status)
-    exc.message = _scrub(exc.message, target)
     if retry_after is not None:
         try:
             exc.retry_after = max(0.0, float(retry_after))
@@ -357,7 +343,6 @@ class UpstreamClient:
                 response.reason or "",
                 response.headers.get("Content-Type", ""),
                 error_bytes,
-                target,
                 response.headers.get("Retry-After"),
             )
         return response

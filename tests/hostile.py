@@ -1,9 +1,10 @@
 """A scripted upstream on raw asyncio: no HTTP library between the test and the wire.
 
 Each request is answered by the script named by the first segment of its path
-(``http://127.0.0.1:<port>/<script>/v1``): a coroutine that writes whatever it likes, as slowly
-as it likes, to the proxy's connection. The upstream counts the requests each script received,
-so a test can tell whether the proxy tried again.
+(``http://127.0.0.1:<port>/<script>/v1``): a coroutine given the request's bytes (head and
+body) that writes whatever it likes, as slowly as it likes, to the proxy's connection, and
+returns True to keep the connection for another request. The upstream counts the requests each
+script received, so a test can tell whether the proxy tried again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import orjson
 
-Script = Callable[[asyncio.StreamWriter], Awaitable[None]]
+Script = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool | None]]
 
 EVENT_STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -69,28 +70,30 @@ class HostileUpstream:
         await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # One request per connection: a script may leave its answer unfinished on purpose.
+        # Until a script returns anything but True: it may leave its answer unfinished.
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         self._live.add(writer)
         try:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            await reader.readexactly(length)
-            script = head.split(b" ")[1].split(b"/")[1].decode()
-            self.received[script] += 1
-            try:
-                await self.scripts[script](writer)
-            except ConnectionError:
-                return
+            keep: bool | None = True
+            while keep is True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = await reader.readexactly(length)
+                script = head.split(b" ")[1].split(b"/")[1].decode()
+                self.received[script] += 1
+                try:
+                    keep = await self.scripts[script](head + body, writer)
+                except ConnectionError:
+                    return
         finally:
             self._tasks.discard(task)
             self._live.discard(writer)

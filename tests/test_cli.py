@@ -148,7 +148,7 @@ def test_demo_runs_offline_and_answers_the_printed_snippet() -> None:
         "demo", "--port", str(port), "--emulator-port", str(emulator_port), ready="Ctrl-C stops"
     ) as proc:
         client = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-demo", max_retries=0
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-demo-key", max_retries=0
         )
         with client:
             text = "".join(

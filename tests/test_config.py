@@ -28,8 +28,8 @@ from proxy.errors import ConfigError
 
 ENV = {
     "FRIENDLI_TOKEN": "ft-secret",
-    "RESEARCH_KEY": "rk-123",
-    "SUPPORT_KEY": "sk-456",
+    "RESEARCH_KEY": "rk-1234567",
+    "SUPPORT_KEY": "sk-45678901",
     "PORT": "9090",
     "TIMEOUT": "2.5",
     "EMPTY": "",
@@ -38,13 +38,13 @@ ENV = {
     "REFERENCE": "${A}",
     "NEWLINE": "v\r\nX-Evil: 1",
 }
-SHA_TEST = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"  # "test"
+SHA_TEST = "sha256:62af8704764faf8ea82fc61ce9c4c3908b6cb97d463a634e9e587d7c885db0ef"  # "test-key"
 SHA_TEST_UPPER = "sha256:" + SHA_TEST.removeprefix("sha256:").upper()
 
 MINIMAL = {
     "providers": "{p: {base_url: 'https://p.example/v1'}}",
     "models": "{m: {provider: p, model: up}}",
-    "teams": "{t: {keys: [k1], models: ['*']}}",
+    "teams": "{t: {keys: [tk-one-1], models: ['*']}}",
 }
 
 
@@ -252,11 +252,11 @@ BAD = [
         ],
     ),
     (
-        doc(teams="{research: {keys: [k1]}}"),
+        doc(teams="{research: {keys: [tk-one-1]}}"),
         ["teams.research: required key 'models' is missing"],
     ),
     (
-        doc(teams="{research: {keys: k1, models: ['*'], budget: 5}}"),
+        doc(teams="{research: {keys: tk-one-1, models: ['*'], budget: 5}}"),
         ["teams.research.budget: unknown key", "teams.research.keys: must be a non-empty list"],
     ),
     (
@@ -275,14 +275,14 @@ BAD = [
         ],
     ),
     (
-        doc(teams="{t: {keys: [k1, k1], models: ['*']}}"),
+        doc(teams="{t: {keys: [tk-one-1, tk-one-1], models: ['*']}}"),
         ["teams.t.keys[1]: duplicate key: same as teams.t.keys[0]"],
     ),
     (
         # The same key spelled once in plain text and once as its digest is still the same key.
         doc(
-            teams="{research: {keys: [test, '${RESEARCH_KEY}'], models: ['*']},"
-            f" support: {{keys: [rk-123, '{SHA_TEST_UPPER}'],"
+            teams="{research: {keys: [test-key, '${RESEARCH_KEY}'], models: ['*']},"
+            f" support: {{keys: [rk-1234567, '{SHA_TEST_UPPER}'],"
             " models: ['llama-*']}}"
         ),
         [
@@ -489,7 +489,7 @@ def test_defaults() -> None:
     assert provider.stream_usage is True
     assert provider.dialect == "openai"
     assert config.models["m"] == Model("m", (Deployment("p", "up", 1.0, 0),), True)
-    assert config.teams["t"].key_digests == (key_digest("k1"),)
+    assert config.teams["t"].key_digests == (key_digest("tk-one-1"),)
     assert config.teams["t"].models == ("*",)
     assert config.routing == Routing(RetryPolicy(3, 0.25, 8.0, 30.0), 5, 30.0)
 
@@ -562,7 +562,7 @@ models:
 teams:
   research:
     keys:
-      - "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+      - "sha256:62af8704764faf8ea82fc61ce9c4c3908b6cb97d463a634e9e587d7c885db0ef"
       - ${RESEARCH_KEY}
     models: ["*"]
   support: {keys: ["${SUPPORT_KEY}"], models: ["llama-*"]}
@@ -597,7 +597,7 @@ def test_full_example_with_all_three_model_forms() -> None:
         reasoning=False,
     )
     research = config.teams["research"]
-    assert research.key_digests == (key_digest("test"), key_digest("rk-123"))
+    assert research.key_digests == (key_digest("test-key"), key_digest("rk-1234567"))
     assert config.teams["support"].models == ("llama-*",)
 
 
@@ -652,17 +652,20 @@ def test_substitution_in_typed_fields() -> None:
     assert config.providers["p"].stream_usage is True
     # Keys are names, not values: `${A}` stays a model called `${A}`.
     assert config.models["${A}"].deployments == (Deployment("p", "b", 2.5, -1),)
-    assert config.teams["t"].key_digests == (key_digest("rk-123"),)
+    assert config.teams["t"].key_digests == (key_digest("rk-1234567"),)
     assert config.teams["t"].models == ("a*",)
 
 
 def test_keys_are_stored_as_digests_only() -> None:
     config = parse(
-        doc(teams=f"{{t: {{keys: [k1, '{SHA_TEST}', '{SHA_TEST.upper()[7:]}'], models: ['*']}}}}")
+        doc(
+            teams=f"{{t: {{keys: [tk-one-1, '{SHA_TEST}', '{SHA_TEST.upper()[7:]}'],"
+            " models: ['*']}}"
+        )
     )
     assert config.teams["t"].key_digests == (
-        key_digest("k1"),
-        key_digest("test"),
+        key_digest("tk-one-1"),
+        key_digest("test-key"),
         # The prefix is case-sensitive; without it this is just a 64-character plain-text key.
         key_digest(SHA_TEST.upper()[7:]),
     )
@@ -670,8 +673,8 @@ def test_keys_are_stored_as_digests_only() -> None:
 
 
 def test_hash_key() -> None:
-    assert hash_key("test") == SHA_TEST
-    assert key_digest("test") == bytes.fromhex(SHA_TEST[7:])
+    assert hash_key("test-key") == SHA_TEST
+    assert key_digest("test-key") == bytes.fromhex(SHA_TEST[7:])
 
 
 def test_config_is_immutable_and_hides_secrets_in_repr() -> None:
@@ -852,3 +855,48 @@ def test_parse_config_never_crashes(
     except ConfigError as exc:
         assert exc.problems
         assert all(": " in line and "\n" not in line for line in exc.problems)
+
+
+SHORT = "a secret must be at least 8 characters"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (doc(providers="{p: {base_url: 'https://p', api_key: short}}"),
+         [f"providers.p.api_key: {SHORT}"]),
+        (doc(providers="{p: {base_url: 'https://p', headers: {x-goog-api-key: abc}}}"),
+         [f"providers.p.headers.x-goog-api-key: {SHORT}"]),
+        (doc(providers="{p: {base_url: 'https://p', headers: {X-Gateway-Token: t0k}}}"),
+         [f"providers.p.headers.X-Gateway-Token: {SHORT}"]),
+        (doc(providers="{p: {base_url: 'https://p', query: {key: k}}}"),
+         [f"providers.p.query.key: {SHORT}"]),
+        (doc(teams="{t: {keys: [sk-1], models: ['*']}}"), [f"teams.t.keys[0]: {SHORT}"]),
+        ("metrics: {token: tok}\n" + doc(), [f"metrics.token: {SHORT}"]),
+    ],
+)  # fmt: skip
+def test_secrets_are_at_least_eight_characters(text: str, expected: list[str]) -> None:
+    assert problems(text) == expected
+
+
+def test_every_credential_is_a_secret_to_redact() -> None:
+    config = parse(
+        "metrics: {token: metrics-token-1}\n"
+        + doc(
+            providers="{p: {base_url: 'https://p', api_key: provider-key-1,"
+            " headers: {x-goog-api-key: goog-key-1, X-Org: organisation-1, X-Flag: '1',"
+            " anthropic-version: '2023-06-01'}, query: {key: query-key-1, api-version: preview}}}",
+            teams=f"{{t: {{keys: [team-key-1, '{SHA_TEST}'], models: ['*']}}}}",
+        )
+    )
+    # A value under a credential's name, or any other of eight characters or more; never a
+    # setting (api-version, anthropic-version) nor a digest, which is no key.
+    assert set(config.secrets) == {
+        "metrics-token-1",
+        "provider-key-1",
+        "goog-key-1",
+        "organisation-1",
+        "query-key-1",
+        "team-key-1",
+    }
+    assert "provider-key-1" not in repr(config)

@@ -27,7 +27,7 @@ KEPT = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d
 )
 # Whole, yet the upstream says it will not take another request on this connection.
 LAST = KEPT.replace(b"200 OK\r\n", b"200 OK\r\nConnection: close\r\n")
-TARGET = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5))
+TARGET = Target({}, aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5))
 
 
 @dataclass

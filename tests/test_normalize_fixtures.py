@@ -14,11 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.config import Provider
 from proxy.errors import ProxyError, to_openai_error
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from proxy.sse import SSEDecoder
-from proxy.upstream import status_error, target_for
+from proxy.upstream import status_error
 from tests.replay import CLIENT_MODEL, Golden, check_stream, check_whole, goldens, parse_frames
 
 CREATED = 1_600_000_000  # the request time the normalizer falls back to
@@ -104,8 +103,7 @@ def test_whole_response(golden: Golden) -> None:
     ctx = context(golden, include_usage=False)
     if golden.data["outcome"] == "error":
         # An error body comes with an error status: the upstream client maps it.
-        target = target_for(Provider("p", "openai", "http://upstream.invalid"))
-        exc: ProxyError = status_error(400, "Bad Request", "application/json", raw, target, None)
+        exc: ProxyError = status_error(400, "Bad Request", "application/json", raw, None)
         status, body = to_openai_error(exc)
         assert status == 400
         assert body["error"]["type"] == golden.data["error"]["type"]

@@ -138,7 +138,7 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     port = server.sockets[0].getsockname()[1]
     pool = connection_pool()
     destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
+    target = Target({}, aiohttp.ClientTimeout(total=None, connect=5))
     response = await UpstreamClient(pool).send(destination, target, b"{}", stream=True)
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
@@ -573,7 +573,7 @@ async def test_streams_in_turn_on_one_pooled_connection_each_get_their_own_body(
     port = server.sockets[0].getsockname()[1]
     pool = connection_pool()
     destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
+    target = Target({}, aiohttp.ClientTimeout(total=None, connect=5))
     client = UpstreamClient(pool)
     deadlines = Deadlines(loop)
     ours, theirs = socket.socketpair()

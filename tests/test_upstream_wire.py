@@ -477,7 +477,7 @@ async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
     pool = connection_pool(keepalive)
     client = UpstreamClient(pool)
     destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5))
+    target = Target({}, aiohttp.ClientTimeout(total=None, connect=5))
     try:
         for _ in range(2):
             response = await client.send(destination, target, b"{}", stream=False)
@@ -559,7 +559,7 @@ async def test_a_new_connection_is_opened_the_cheap_way_where_it_can_be(
     port = server.sockets[0].getsockname()[1]
     pool = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
     destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5))
+    target = Target({}, aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5))
     try:
         response = await UpstreamClient(pool).send(destination, target, b"{}", stream=False)
         assert await read_whole(response, 1 << 20) == ANSWER
@@ -607,7 +607,7 @@ async def test_an_upstream_that_cannot_be_reached_fails_the_connect(
         port = listener.getsockname()[1]
     pool = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
     destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, (), aiohttp.ClientTimeout(total=None, connect=0.3, sock_connect=0.3))
+    target = Target({}, aiohttp.ClientTimeout(total=None, connect=0.3, sock_connect=0.3))
     started = time.monotonic()
     try:
         with pytest.raises(UpstreamError) as raised:

@@ -25,13 +25,13 @@ AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
 TIMEOUTS = {"connect": 2, "first_byte": 0.6, "idle": 0.5, "total": 2.5}
 
 
-async def _stall(writer: asyncio.StreamWriter) -> None:
+async def _stall(request: bytes, writer: asyncio.StreamWriter) -> None:
     writer.write(EVENT_STREAM_HEAD + chunk(text_event("Once")))
     await writer.drain()
     await asyncio.sleep(30)
 
 
-async def _drip(writer: asyncio.StreamWriter) -> None:
+async def _drip(request: bytes, writer: asyncio.StreamWriter) -> None:
     writer.write(EVENT_STREAM_HEAD)
     for _ in range(30):
         writer.write(chunk(text_event("drop")))
@@ -39,7 +39,7 @@ async def _drip(writer: asyncio.StreamWriter) -> None:
         await asyncio.sleep(TIMEOUTS["idle"] * 1.6)
 
 
-async def _endless(writer: asyncio.StreamWriter) -> None:
+async def _endless(request: bytes, writer: asyncio.StreamWriter) -> None:
     writer.write(EVENT_STREAM_HEAD)
     for _ in range(3000):
         writer.write(chunk(text_event("more ")))
@@ -47,7 +47,7 @@ async def _endless(writer: asyncio.StreamWriter) -> None:
         await asyncio.sleep(0.01)
 
 
-async def _silent(writer: asyncio.StreamWriter) -> None:
+async def _silent(request: bytes, writer: asyncio.StreamWriter) -> None:
     writer.write(EVENT_STREAM_HEAD)
     await writer.drain()
     await asyncio.sleep(30)

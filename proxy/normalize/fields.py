@@ -21,6 +21,7 @@ from proxy.normalize.tables import (
     REASONING_KEYS,
     SERVICE_TIERS,
 )
+from proxy.redact import Redactor
 
 Endpoint = Literal["chat", "completions"]
 
@@ -49,6 +50,8 @@ class RequestContext:
     reasoning: bool  # False: the model's config drops reasoning_content
     dialect: str
     n: int  # choices the client asked for; with 1, any upstream choice index means choice 0
+    # Takes every configured secret out of an upstream's error text.
+    redact: Redactor | None
     # The messages or prompt: measured (usage.prompt_chars) only for an estimate, when the
     # upstream counts nothing. Out of repr (a logged context must not carry the conversation)
     # and of eq (the size is all that matters, and comparing conversations would cost).
@@ -66,6 +69,7 @@ class RequestContext:
         dialect: str = "openai",
         n: int = 1,
         prompt: builtins.object = None,
+        redact: Redactor | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.model = model
@@ -76,6 +80,7 @@ class RequestContext:
         self.dialect = dialect
         self.n = n
         self.prompt = prompt
+        self.redact = redact
 
 
 def make_id(endpoint: Endpoint) -> str:

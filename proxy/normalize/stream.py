@@ -171,6 +171,8 @@ class StreamNormalizer:
             return frames
         self.ended = True
         self.error = exc
+        if self.ctx.redact is not None:  # the upstream's words, on their way to the client
+            self.ctx.redact.error(exc)
         return [*frames, encode_data(orjson.dumps(error_body(exc)))]
 
     # -- results -------------------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""What a hostile upstream cannot make the proxy do (docs/security.md), through the running proxy.
+
+The upstream here is raw asyncio (tests/hostile.py): it echoes the request it got (the head
+with every credential header, the query with its key, the body) in each form an error can take,
+sends unsolicited answers on idle connections, and the like.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
+from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, text_event
+from tests.schema import validate
+
+AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
+CHAT = [{"role": "user", "content": "Hello"}]
+
+API_KEY = "sk-hostile-api-key-0001"
+GOOG_KEY = "goog-header-secret-0002"
+GATEWAY_TOKEN = "gateway/token+value=0003"  # changed by URL-encoding
+QUERY_KEY = "query/key+secret=0004"
+SECRETS = (API_KEY, GOOG_KEY, GATEWAY_TOKEN, QUERY_KEY, TEAM_KEY, SUPPORT_KEY)
+
+
+def _forms(secret: str) -> set[str]:
+    return {secret, quote(secret, safe=""), quote_plus(secret, safe="")}
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in SECRETS:
+        for form in _forms(secret):
+            assert form not in text, f"{form!r} leaked"
+
+
+def _echo(request: bytes) -> str:
+    """What a careless upstream quotes back: the request it got, head and body."""
+    return request.decode("utf-8", "replace")
+
+
+def _json(status: int, payload: object, content_type: str = "application/json") -> bytes:
+    body = orjson.dumps(payload)
+    return (
+        f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _status_json(request: bytes, writer: asyncio.StreamWriter) -> None:
+    message = f"Incorrect API key provided: {_echo(request)}"
+    writer.write(_json(401, {"error": {"message": message, "type": "invalid_request_error"}}))
+
+
+async def _status_text(request: bytes, writer: asyncio.StreamWriter) -> None:
+    body = _echo(request).encode()
+    writer.write(
+        b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+async def _ok_json_error(request: bytes, writer: asyncio.StreamWriter) -> None:
+    error = {"message": _echo(request), "type": "server_error", "param": API_KEY, "code": GOOG_KEY}
+    writer.write(_json(200, {"error": error}))
+
+
+def _error_event(request: bytes) -> bytes:
+    return b"data: " + orjson.dumps({"error": {"message": _echo(request)}}) + b"\n\n"
+
+
+async def _event_first(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD + chunk(_error_event(request)) + b"0\r\n\r\n")
+
+
+async def _event_after(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD + chunk(text_event("Hi")))
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.write(chunk(_error_event(request)) + b"0\r\n\r\n")
+
+
+async def _event_split(request: bytes, writer: asyncio.StreamWriter) -> None:
+    """The error event in two reads, cut in the middle of the key it quotes."""
+    writer.write(EVENT_STREAM_HEAD + chunk(text_event("Hi")))
+    event = _error_event(request)
+    cut = event.index(API_KEY.encode()) + len(API_KEY) // 2
+    for piece in (event[:cut], event[cut:]):
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(chunk(piece))
+    writer.write(b"0\r\n\r\n")
+
+
+async def _rate_limited(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(_json(429, {"error": {"message": _echo(request), "type": "rate_limit"}}))
+
+
+SCRIPTS = {
+    "status-json": _status_json,
+    "status-text": _status_text,
+    "ok-json-error": _ok_json_error,
+    "event-first": _event_first,
+    "event-after": _event_after,
+    "event-split": _event_split,
+    "rate-limited": _rate_limited,
+}
+
+
+@pytest.fixture(scope="module")
+def echoing(servers: Servers) -> Iterator[tuple[HostileUpstream, str]]:
+    upstream = HostileUpstream(SCRIPTS)
+    servers.loop.call(upstream.start)
+    providers = {
+        name: {
+            "base_url": upstream.url(name),
+            "api_key": API_KEY,
+            "headers": {"x-goog-api-key": GOOG_KEY, "X-Gateway-Token": GATEWAY_TOKEN},
+            "query": {"key": QUERY_KEY, "api-version": "preview"},
+        }
+        for name in SCRIPTS
+    }
+    models = {name: {"provider": name, "model": "up"} for name in SCRIPTS}
+    url, _, _ = servers.start_app(
+        models,
+        metrics=True,
+        providers=providers,
+        routing={"attempts": 2, "backoff": {"base": 0.01, "max": 0.02}},
+    )
+    yield upstream, url
+    servers.loop.call(upstream.stop)
+
+
+async def _ask(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/chat/completions", json=body, headers=AUTH) as response,
+    ):
+        return response.status, await response.read()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+async def test_no_credential_reaches_the_client_or_the_log(
+    echoing: tuple[HostileUpstream, str],
+    script: str,
+    stream: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    upstream, url = echoing
+    caplog.set_level(logging.DEBUG)
+    status, raw = await _ask(url, {"model": script, "messages": CHAT, "stream": stream})
+    assert upstream.received[script] > 0
+    text = raw.decode()
+    assert "***" in text, text  # the upstream's message is kept, less the secrets
+    assert_no_secret(text)
+    if status != 200:
+        validate(orjson.loads(raw), "ErrorResponse")
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url.removesuffix("/v1") + "/metrics") as response,
+    ):
+        assert_no_secret(await response.text())
+    assert_no_secret(caplog.text)
