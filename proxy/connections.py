@@ -12,7 +12,8 @@ What the connector did for its idle connections, this does too:
 
 - A connection idle for longer than ``keepalive`` is never taken again, and a sweep on a loop
   timer closes it (aiohttp's ``_cleanup``).
-- One the upstream has closed while idle is closed and passed over, not taken.
+- One the upstream has closed while idle is closed and passed over, not taken; so is one that
+  received anything while idle, or holds unread data (an answer nobody asked for).
 - One whose answer did not end cleanly (the parser or a pipe still holds it, the upstream said
   ``Connection: close``) is closed, not kept: ``should_close``, as aiohttp judges it.
 - The connector's limit counts every connection open, idle ones included. aiohttp's idle
@@ -64,7 +65,14 @@ class Shelf:
         while idle:
             connection, since = idle.pop()
             protocol = connection.protocol
-            if since > expired and protocol is not None and protocol.is_connected():
+            # Not one that got anything while idle, or holds what came with its last answer:
+            # that would be taken for the next answer (should_close, as aiohttp judges it).
+            if (
+                since > expired
+                and protocol is not None
+                and protocol.is_connected()
+                and not protocol.should_close
+            ):
                 return connection
             connections.discard(connection)
         return None

@@ -57,8 +57,17 @@ class UpstreamProtocol(ResponseHandler):
     """
 
     sink: Sink | None = None
+    # Between the end of an answer and the next request (``proxy.upstream``): whatever arrives
+    # then answers nobody's request, and would be taken for the next one's answer, another
+    # team's perhaps. The connection is closed instead, never reused.
+    idle: bool = False
 
     def data_received(self, data: bytes) -> None:
+        if self.idle:
+            self.force_close()
+            if self.transport is not None:
+                self.transport.close()
+            return
         sink = self.sink
         if sink is None:
             self.parse(data)

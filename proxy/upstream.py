@@ -260,6 +260,9 @@ class UpstreamResponse:
     def _release(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
+            protocol = connection.protocol
+            if isinstance(protocol, UpstreamProtocol):
+                protocol.idle = True
             self._shelf.put(connection)  # which closes it instead if it cannot be used again
 
     def close(self) -> None:
@@ -302,6 +305,8 @@ class UpstreamClient:
                 if protocol is None or transport is None or transport.is_closing():
                     # Closed by the upstream since it was pooled.
                     raise aiohttp.ServerDisconnectedError()
+                if isinstance(protocol, UpstreamProtocol):
+                    protocol.idle = False  # what comes from now on answers this request
                 if protocol._parser is None:
                     # A new connection: its parser (a body without a length runs to the end).
                     # A pooled one keeps the parser of its last answer, which ended cleanly (a

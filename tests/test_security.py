@@ -169,3 +169,89 @@ async def test_no_credential_reaches_the_client_or_the_log(
     ):
         assert_no_secret(await response.text())
     assert_no_secret(caplog.text)
+
+
+# --- finding 2: an answer nobody asked for, on a pooled connection ----------------------------
+
+ANSWERS = {"count": 0}
+
+
+def _answer(text: str) -> bytes:
+    body = {
+        "id": "chatcmpl-pooled",
+        "object": "chat.completion",
+        "created": 1764600000,
+        "model": "up",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }  # fmt: skip
+    return _json(200, body)
+
+
+def _next_answer() -> bytes:
+    ANSWERS["count"] += 1
+    return _answer(f"answer-{ANSWERS['count']}")
+
+
+async def _unsolicited_later(request: bytes, writer: asyncio.StreamWriter) -> bool:
+    """Its answer, then, while the connection sits idle in the pool, another one."""
+    writer.write(_next_answer())
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.write(_answer("LEAKED"))
+    return True
+
+
+async def _unsolicited_with(request: bytes, writer: asyncio.StreamWriter) -> bool:
+    """Its answer and another one in the same write (read with it, held by the parser)."""
+    writer.write(_next_answer() + _answer("LEAKED"))
+    return True
+
+
+async def _unsolicited_partial(request: bytes, writer: asyncio.StreamWriter) -> bool:
+    """Its answer, then the first bytes of another while idle."""
+    writer.write(_next_answer())
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Len")
+    return True
+
+
+POOLED = {
+    "llama-later": _unsolicited_later,
+    "llama-with": _unsolicited_with,
+    "llama-partial": _unsolicited_partial,
+}
+
+
+@pytest.fixture(scope="module")
+def pooled(servers: Servers) -> Iterator[tuple[HostileUpstream, str]]:
+    upstream = HostileUpstream(POOLED)
+    servers.loop.call(upstream.start)
+    providers = {name: {"base_url": upstream.url(name), "api_key": API_KEY} for name in POOLED}
+    models = {name: {"provider": name, "model": "up"} for name in POOLED}
+    url, _ = servers.start_proxy(models, providers=providers)
+    yield upstream, url
+    servers.loop.call(upstream.stop)
+
+
+@pytest.mark.parametrize("script", sorted(POOLED))
+async def test_an_answer_nobody_asked_for_reaches_nobody(
+    pooled: tuple[HostileUpstream, str], script: str
+) -> None:
+    """Research asks, the upstream answers twice; support asks next (same provider, so the
+    same pooled connection if it were kept): it gets an answer of its own, and so does every
+    request after it."""
+    _, url = pooled
+    contents = []
+    async with aiohttp.ClientSession() as session:
+        for key in (TEAM_KEY, SUPPORT_KEY, TEAM_KEY, SUPPORT_KEY):
+            body = {"model": script, "messages": CHAT}
+            headers = {"Authorization": f"Bearer {key}"}
+            async with session.post(url + "/chat/completions", json=body, headers=headers) as r:
+                assert r.status == 200, await r.text()
+                contents.append((await r.json())["choices"][0]["message"]["content"])
+            await asyncio.sleep(0.15)  # the unsolicited answer arrives while it is idle
+    assert "LEAKED" not in contents
+    assert all(c.startswith("answer-") for c in contents) and len(set(contents)) == 4
