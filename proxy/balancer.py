@@ -165,12 +165,17 @@ class AttemptPlan:
         """Record on its breaker how the current attempt went; the transition, if any.
 
         None (an answer) and an upstream 4xx are successes; a ``retryable`` error is a
-        failure; any other error (the client's own) says nothing about the deployment. May be
-        called again for the same attempt, as when a stream that started well breaks."""
+        failure, unless the request itself could cause it (``client_caused``: a generation
+        longer than a timeout); any other error (the client's own) says nothing about the
+        deployment."""
         if self._current is None:
             return None
         breaker = self._breakers[self._current.index]
         pending, self._pending = self._pending, False
+        if isinstance(error, UpstreamError) and error.client_caused:
+            if pending:
+                breaker.release()  # a probe that told nothing of the deployment
+            return None
         if error is None or (isinstance(error, UpstreamStatusError) and not retryable(error)):
             return breaker.success(now)
         if retryable(error):

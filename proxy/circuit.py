@@ -1,12 +1,19 @@
 """A circuit breaker for one deployment: pure state, with the time passed in.
 
-    closed ──(failure_threshold consecutive failures)──▶ open
+    closed ──(in the last ``window`` seconds, at least failure_threshold failures that are at
+              least failure_rate of the attempts)──▶ open
     open ──(cooldown elapsed: allow() lets one probe through)──▶ half_open
     half_open ──(a success)──▶ closed
     half_open ──(a failure)──▶ open, the cooldown restarting
 
-What counts as a failure is the caller's decision (``balancer.retryable``): only what says the
-deployment is unhealthy. A 4xx answer is a success here: the deployment is up and answering.
+A rate over a window, not N failures in a row: requests that fail by design (a prompt the
+upstream answers with 500, sent again and again by one team) must not take the deployment away
+from every team while others are being answered. What counts as a failure is the caller's
+decision (``balancer``): only what says the deployment is unhealthy. A 4xx answer is a success
+here: the deployment is up and answering.
+
+The window is kept in ``BUCKETS`` buckets of ``window / BUCKETS`` seconds each, so a record
+costs a few steps and the window slides a bucket at a time.
 
 The probe of a half-open breaker is a lease. It ends with ``success``, ``failure`` or
 ``release`` (the attempt was never made, or was cancelled before it could tell anything); a
@@ -16,27 +23,59 @@ so that one forgotten ``release`` cannot keep a deployment out until the process
 
 from __future__ import annotations
 
-from typing import Literal
+import collections
+from typing import Final, Literal
 
 CircuitState = Literal["closed", "open", "half_open"]
+
+BUCKETS: Final = 10
 
 
 class CircuitBreaker:
     """One deployment's breaker; the caller keeps one per (model name, deployment index)."""
 
-    __slots__ = ("_probing", "_since", "cooldown", "failure_threshold", "failures", "state")
+    __slots__ = (
+        "_buckets",
+        "_probing",
+        "_since",
+        "_width",
+        "cooldown",
+        "failure_rate",
+        "failure_threshold",
+        "state",
+        "window",
+    )
 
-    def __init__(self, failure_threshold: int = 5, cooldown: float = 30.0) -> None:
+    def __init__(
+        self,
+        failure_threshold: int = 5,
+        cooldown: float = 30.0,
+        window: float = 60.0,
+        failure_rate: float = 0.5,
+    ) -> None:
         if failure_threshold < 1:
             raise ValueError("failure_threshold must be at least 1")
         if not cooldown > 0:
             raise ValueError("cooldown must be positive")
+        if not window > 0:
+            raise ValueError("window must be positive")
+        if not 0 < failure_rate <= 1:
+            raise ValueError("failure_rate must be above 0 and at most 1")
         self.failure_threshold = failure_threshold
         self.cooldown = cooldown
+        self.window = window
+        self.failure_rate = failure_rate
+        self._width = window / BUCKETS
         self.state: CircuitState = "closed"
-        self.failures = 0  # consecutive, while closed
+        # While closed: [bucket number, successes, failures], oldest first.
+        self._buckets: collections.deque[list[int]] = collections.deque()
         self._since = 0.0  # open: when it opened; half_open: when the probe was let through
         self._probing = False  # half_open: a probe is out and has not ended
+
+    @property
+    def failures(self) -> int:
+        """The failures counted in the window as last seen."""
+        return sum(bucket[2] for bucket in self._buckets)
 
     def available(self, now: float) -> bool:
         """Whether ``allow(now)`` would say yes; changes nothing."""
@@ -61,11 +100,13 @@ class CircuitBreaker:
 
     def success(self, now: float) -> str | None:
         """Record a healthy answer; ``"closed"`` if that closed the breaker."""
-        self.failures = 0
-        if self.state != "half_open":
-            # Open: a straggler that left before the breaker opened; the probe decides.
+        if self.state == "closed":
+            self._bucket(now)[1] += 1
             return None
+        if self.state == "open":
+            return None  # a straggler that left before the breaker opened; the probe decides
         self.state, self._probing = "closed", False
+        self._buckets.clear()
         return "closed"
 
     def failure(self, now: float) -> str | None:
@@ -74,11 +115,29 @@ class CircuitBreaker:
             # A straggler that left before the breaker opened: restarting the cooldown for
             # each one would keep a recovered deployment out for longer than configured.
             return None
-        self.failures += 1
-        if self.state == "closed" and self.failures < self.failure_threshold:
-            return None
-        self.state, self._probing, self._since, self.failures = "open", False, now, 0
+        if self.state == "closed":
+            self._bucket(now)[2] += 1
+            succeeded = failed = 0
+            for bucket in self._buckets:
+                succeeded += bucket[1]
+                failed += bucket[2]
+            if failed < self.failure_threshold or failed < self.failure_rate * (failed + succeeded):
+                return None
+        self.state, self._probing, self._since = "open", False, now
+        self._buckets.clear()
         return "open"
+
+    def _bucket(self, now: float) -> list[int]:
+        """The bucket ``now`` falls in, the window's buckets older than ``window`` dropped."""
+        number = int(now // self._width)
+        buckets = self._buckets
+        if buckets and buckets[-1][0] == number:
+            return buckets[-1]
+        while buckets and buckets[0][0] <= number - BUCKETS:
+            buckets.popleft()
+        bucket = [number, 0, 0]
+        buckets.append(bucket)
+        return bucket
 
     def __repr__(self) -> str:
         return f"CircuitBreaker(state={self.state!r}, failures={self.failures})"

@@ -214,9 +214,10 @@ async def _attempt(
         except asyncio.CancelledError:
             if not timer.expired():
                 raise  # cancelled from outside: the client left
-            raise UpstreamTimeout(
-                f"The upstream did not answer within {timeouts.first_byte:g} s"
-            ) from None
+            error = UpstreamTimeout(f"The upstream did not answer within {timeouts.first_byte:g} s")
+            # A whole answer comes once it is all generated: a long one may take longer.
+            error.client_caused = not client_request.stream
+            raise error from None
         finally:
             exchange.upstream_wait += perf_counter() - waited
         family = API_FAMILIES[provider.api]

@@ -139,8 +139,12 @@ class RetryPolicy:
 @dataclass(frozen=True, slots=True)
 class Routing:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+    # A deployment's circuit opens when, within circuit_window seconds, at least
+    # circuit_failures attempts failed and they were circuit_failure_rate of its attempts.
     circuit_failures: int = 5
     circuit_cooldown: float = 30.0
+    circuit_window: float = 60.0
+    circuit_failure_rate: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +249,7 @@ _MODEL_KEYS = frozenset({"deployments", "reasoning"})
 _TEAM_KEYS = frozenset({"keys", "models"})
 _ROUTING_KEYS = frozenset({"attempts", "backoff", "circuit"})
 _BACKOFF_KEYS = frozenset({"base", "max", "retry_after_max"})
-_CIRCUIT_KEYS = frozenset({"failures", "cooldown"})
+_CIRCUIT_KEYS = frozenset({"failures", "cooldown", "window", "failure_rate"})
 
 
 def _parse_server(ck: Checker, raw: object) -> Server:
@@ -304,6 +308,12 @@ def _parse_routing(ck: Checker, raw: object) -> Routing:
         ),
         circuit_cooldown=ck.optional(
             circuit, "cooldown", "routing.circuit", positive, d.circuit_cooldown
+        ),
+        circuit_window=ck.optional(
+            circuit, "window", "routing.circuit", positive, d.circuit_window
+        ),
+        circuit_failure_rate=ck.optional(
+            circuit, "failure_rate", "routing.circuit", _rate, d.circuit_failure_rate
         ),
     )
 
@@ -465,6 +475,13 @@ _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _port = int_reader(1, 65535, "must be an integer from 1 to 65535")
 _positive_int = int_reader(1, None, "must be a positive integer")
 _any_int = int_reader(None, None, "must be an integer")
+
+
+def _rate(value: object) -> float:
+    rate = positive(value)
+    if rate > 1:
+        raise Invalid("must be a fraction above 0 and at most 1")
+    return rate
 
 
 def _gc_interval(value: object) -> float:

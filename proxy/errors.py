@@ -145,6 +145,9 @@ class UpstreamError(ProxyError):
     # Raised once the upstream had begun answering with text that never reached the client:
     # another attempt would generate it all over again, so none is made (``balancer``).
     midway: bool = False
+    # What the request itself can cause (a generation longer than a timeout allows): the
+    # deployment's circuit does not count it, or one team could take it away from all.
+    client_caused: bool = False
 
 
 class UpstreamConnectError(UpstreamError):

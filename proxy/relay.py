@@ -487,7 +487,9 @@ def _gap_timeout(answer: Answer, *, started: bool) -> UpstreamTimeout:
         gap, seconds = "first byte", timeouts.first_byte
     else:
         gap, seconds = "idle", timeouts.idle
-    return UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
+    error = UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
+    error.client_caused = gap == "total"  # a generation longer than allowed
+    return error
 
 
 def _let_go(request: web.BaseRequest, exchange: Exchange) -> None:

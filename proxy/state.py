@@ -115,9 +115,16 @@ def _breaker(kept: CircuitBreaker | None, routing: Routing) -> CircuitBreaker:
         kept is not None
         and kept.failure_threshold == routing.circuit_failures
         and kept.cooldown == routing.circuit_cooldown
+        and kept.window == routing.circuit_window
+        and kept.failure_rate == routing.circuit_failure_rate
     ):
         return kept
-    return CircuitBreaker(routing.circuit_failures, routing.circuit_cooldown)
+    return CircuitBreaker(
+        routing.circuit_failures,
+        routing.circuit_cooldown,
+        routing.circuit_window,
+        routing.circuit_failure_rate,
+    )
 
 
 @dataclass(slots=True)

@@ -6,7 +6,8 @@ import pytest
 
 from proxy.circuit import CircuitBreaker
 
-# Each step: (call, now, what it returns, state after). Threshold 3, cooldown 10.
+# Each step: (call, now, what it returns, state after). Threshold 3, cooldown 10, window 10 (in
+# buckets of 1 s), failure rate 0.5.
 Step = tuple[str, float, object, str]
 OPEN_AT_2: list[Step] = [
     ("failure", 0, None, "closed"),
@@ -20,14 +21,29 @@ SCRIPTS: dict[str, list[Step]] = {
         ("allow", 0, True, "closed"),
         ("allow", 0, True, "closed"),
     ],
-    "opens after threshold consecutive failures": OPEN_AT_2,
-    "a success resets the count": [
-        ("failure", 0, None, "closed"),
-        ("failure", 1, None, "closed"),
-        ("success", 2, None, "closed"),
-        ("failure", 3, None, "closed"),
+    "opens after threshold failures": OPEN_AT_2,
+    "failures below the rate do not open": [
+        *[("success", t, None, "closed") for t in (0, 1, 2, 3)],
         ("failure", 4, None, "closed"),
-        ("failure", 5, "open", "open"),
+        ("failure", 5, None, "closed"),
+        ("failure", 6, None, "closed"),  # 3 of 7: under half
+        ("failure", 7, "open", "open"),  # 4 of 8: half
+    ],
+    "one request's failures among many answers do not open": [
+        *[("success", t / 10, None, "closed") for t in range(50)],
+        *[("failure", 5 + t / 10, None, "closed") for t in range(20)],
+    ],
+    "failures older than the window no longer count": [
+        ("failure", 0, None, "closed"),
+        ("failure", 2, None, "closed"),
+        ("failure", 11, None, "closed"),  # the one at 0 has left the window
+        ("failure", 11.5, "open", "open"),
+    ],
+    "successes older than the window no longer count": [
+        *[("success", t, None, "closed") for t in (0, 1, 2, 3, 4, 5)],
+        ("failure", 20, None, "closed"),
+        ("failure", 20, None, "closed"),
+        ("failure", 20, "open", "open"),
     ],
     "open refuses until the cooldown has passed": [
         *OPEN_AT_2,
@@ -95,7 +111,7 @@ SCRIPTS: dict[str, list[Step]] = {
 
 @pytest.mark.parametrize("script", SCRIPTS.values(), ids=SCRIPTS.keys())
 def test_breaker_transitions(script: list[Step]) -> None:
-    breaker = CircuitBreaker(failure_threshold=3, cooldown=10.0)
+    breaker = CircuitBreaker(failure_threshold=3, cooldown=10.0, window=10.0)
     for i, (call, now, returns, state) in enumerate(script):
         result: object = None
         if call == "release":
@@ -127,3 +143,9 @@ def test_a_copy_is_independent() -> None:
     assert (twin.state, breaker.state) == ("half_open", "open")
     assert breaker.allow(5.0)
     assert repr(breaker) == "CircuitBreaker(state='half_open', failures=0)"
+
+
+@pytest.mark.parametrize(("window", "rate"), [(0.0, 0.5), (-1.0, 0.5), (1.0, 0.0), (1.0, 1.5)])
+def test_bad_window_settings_are_refused(window: float, rate: float) -> None:
+    with pytest.raises(ValueError):
+        CircuitBreaker(1, 1.0, window, rate)

@@ -255,3 +255,72 @@ async def test_an_answer_nobody_asked_for_reaches_nobody(
             await asyncio.sleep(0.15)  # the unsolicited answer arrives while it is idle
     assert "LEAKED" not in contents
     assert all(c.startswith("answer-") for c in contents) and len(set(contents)) == 4
+
+
+# --- finding 3: one team's failing requests do not open the circuit for all -----------------
+
+
+async def _by_prompt(request: bytes, writer: asyncio.StreamWriter) -> None:
+    """500 for a poisoned prompt, a whole answer slower than first_byte for a slow one, an
+    endless stream for an endless one; the usual answer otherwise."""
+    body = orjson.loads(request.partition(b"\r\n\r\n")[2])
+    prompt = body["messages"][0]["content"]
+    if prompt == "poison":
+        writer.write(_json(500, {"error": {"message": "this prompt breaks me"}}))
+    elif prompt == "slow":
+        await asyncio.sleep(0.6)
+        writer.write(_next_answer())
+    elif prompt == "endless":
+        writer.write(EVENT_STREAM_HEAD)
+        for _ in range(1000):
+            writer.write(chunk(text_event("more ")))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+    elif body.get("stream"):
+        writer.write(EVENT_STREAM_HEAD + chunk(text_event("fine")) + chunk(b"data: [DONE]\n\n"))
+        writer.write(b"0\r\n\r\n")
+    else:
+        writer.write(_next_answer())
+
+
+async def test_one_team_cannot_open_the_circuit_for_every_team(servers: Servers) -> None:
+    upstream = HostileUpstream({"shared": _by_prompt})
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.start(), servers.loop.loop))
+    try:
+        provider = {
+            "base_url": upstream.url("shared"),
+            "api_key": API_KEY,
+            "timeouts": {"connect": 2, "first_byte": 0.3, "idle": 0.3, "total": 0.5},
+        }
+        url, _ = servers.start_proxy(
+            {"llama-shared": {"provider": "shared", "model": "up"}},
+            providers={"shared": provider},
+            routing={"attempts": 1, "circuit": {"failures": 5, "cooldown": 30}},
+        )
+
+        async def ask(key: str, prompt: str, stream: bool = False) -> int:
+            body = {"model": "llama-shared", "stream": stream,
+                    "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
+            headers = {"Authorization": f"Bearer {key}"}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(url + "/chat/completions", json=body, headers=headers) as r,
+            ):
+                await r.read()
+                return r.status
+
+        # Support has been answered all along; then research's requests fail by design, five
+        # in a row of each kind (the circuit's failures): support is still answered after each.
+        for _ in range(6):
+            assert await ask(SUPPORT_KEY, "hello") == 200
+            assert await ask(SUPPORT_KEY, "hello", stream=True) == 200
+        attacks = [("slow", False), ("endless", True), ("endless", False), ("poison", False)]
+        for prompt, stream in attacks:
+            for _ in range(5):
+                assert await ask(TEAM_KEY, prompt, stream) in (200, 502, 504)
+            assert await ask(SUPPORT_KEY, "hello") == 200, prompt
+            assert await ask(SUPPORT_KEY, "hello", stream=True) == 200, prompt
+    finally:
+        await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(upstream.stop(), servers.loop.loop)
+        )
