@@ -165,14 +165,14 @@ class AttemptPlan:
         """Record on its breaker how the current attempt went; the transition, if any.
 
         None (an answer) and an upstream 4xx are successes; a ``retryable`` error is a
-        failure, unless the request itself could cause it (``client_caused``: a generation
-        longer than a timeout); any other error (the client's own) says nothing about the
-        deployment."""
+        failure, unless it does not blame the deployment (``blames_deployment``: a generation
+        longer than a timeout, a provider's connections all in use); any other error (the
+        client's own) says nothing about the deployment."""
         if self._current is None:
             return None
         breaker = self._breakers[self._current.index]
         pending, self._pending = self._pending, False
-        if isinstance(error, UpstreamError) and error.client_caused:
+        if isinstance(error, UpstreamError) and not error.blames_deployment:
             if pending:
                 breaker.release()  # a probe that told nothing of the deployment
             return None

@@ -19,6 +19,7 @@ from aiohttp.http import HttpVersion11
 
 from proxy.balancer import AttemptPlan
 from proxy.config import Deployment, Model, Provider
+from proxy.connections import Slots
 from proxy.deadline import Deadline
 from proxy.errors import (
     BodyTooLarge,
@@ -154,6 +155,22 @@ async def handle_completion(
     )
 
 
+async def _wait_for_slot(slots: Slots, timer: Deadline, provider: Provider) -> None:
+    """A connection slot of ``provider``'s, within the attempt's first-byte deadline."""
+    try:
+        await slots.wait()
+    except asyncio.CancelledError:
+        if not timer.expired():
+            raise
+        seconds = provider.timeouts.first_byte
+        error = UpstreamTimeout(
+            f"No connection to the upstream came free within {seconds:g} s: provider"
+            f" '{provider.name}' has {slots.limit} in use (its max_connections)"
+        )
+        error.blames_deployment = False  # busy, not unhealthy
+        raise error from None
+
+
 def _circuit(state: State, model: Model, deployment: Deployment, transition: str | None) -> None:
     if transition is None:
         return
@@ -207,6 +224,8 @@ async def _attempt(
     timer = Deadline(state.deadlines)
     try:
         timer.move(min(started + timeouts.first_byte, deadline))
+        if not target.slots.take():
+            await _wait_for_slot(target.slots, timer, provider)
         try:
             response = await state.client.send(
                 destination, target, body, stream=client_request.stream
@@ -216,7 +235,7 @@ async def _attempt(
                 raise  # cancelled from outside: the client left
             error = UpstreamTimeout(f"The upstream did not answer within {timeouts.first_byte:g} s")
             # A whole answer comes once it is all generated: a long one may take longer.
-            error.client_caused = not client_request.stream
+            error.blames_deployment = client_request.stream
             raise error from None
         finally:
             exchange.upstream_wait += perf_counter() - waited

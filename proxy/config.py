@@ -58,6 +58,9 @@ class Timeouts:
     total: float = 900.0
 
 
+MAX_CONNECTIONS: Final = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class Provider:
     name: str
@@ -70,6 +73,8 @@ class Provider:
     timeouts: Timeouts = field(default_factory=Timeouts)
     stream_usage: bool = True
     dialect: str = "openai"
+    # Upstream connections its requests may hold at once, per worker (proxy.connections.Slots).
+    max_connections: int = MAX_CONNECTIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +339,7 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         dialect=ck.optional(
             node, "dialect", path, member(DIALECTS, "dialect", listed=True), "openai"
         ),
+        max_connections=ck.optional(node, "max_connections", path, _positive_int, MAX_CONNECTIONS),
     )
 
 

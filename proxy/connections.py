@@ -39,7 +39,7 @@ import aiohttp
 from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.connector import Connection
 
-__all__ = ["SWEEP_SPACING", "Connections", "Shelf"]
+__all__ = ["SWEEP_SPACING", "Connections", "Shelf", "Slots"]
 
 # The least time between two sweeps: connections whose idle times end close together go in one.
 SWEEP_SPACING: Final = 1.0
@@ -197,3 +197,49 @@ class Connections:
         for shelf in self._shelves.values():
             while shelf.idle:
                 self.discard(shelf.idle.popleft()[0])  # closed already: let go of it
+
+
+class Slots:
+    """At most ``limit`` requests of one provider hold an upstream connection at once, so that
+    one provider's load (streams held open by one team, say) cannot take the connections every
+    other provider's requests need. A request over the limit waits for one to come free, in
+    order, within its own first-byte deadline."""
+
+    __slots__ = ("_waiters", "limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take(self) -> bool:
+        """Take a slot if one is free now (the usual case: no waiting, no future)."""
+        if self.used < self.limit and not self._waiters:
+            self.used += 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Wait until a slot is handed over (``release``); cancelled, it leaves the queue, and
+        gives back a slot it was handed meanwhile."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()  # handed over as it was cancelled: pass it on
+            else:
+                self._waiters.remove(future)
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the longest waiting request, else to the pool of free ones."""
+        waiters = self._waiters
+        while waiters:
+            future = waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+        if self.used > 0:
+            self.used -= 1

@@ -145,9 +145,10 @@ class UpstreamError(ProxyError):
     # Raised once the upstream had begun answering with text that never reached the client:
     # another attempt would generate it all over again, so none is made (``balancer``).
     midway: bool = False
-    # What the request itself can cause (a generation longer than a timeout allows): the
-    # deployment's circuit does not count it, or one team could take it away from all.
-    client_caused: bool = False
+    # False for what says nothing of the deployment's health: what the request itself can
+    # cause (a generation longer than a timeout allows), a provider's connections all in use.
+    # Its circuit does not count those, or one team could take it away from all.
+    blames_deployment: bool = True
 
 
 class UpstreamConnectError(UpstreamError):

@@ -160,9 +160,10 @@ class _Connector(aiohttp.TCPConnector):
 # a burst that finds the pool emptied by a quiet spell opens its connections anew, each taking
 # three turns of a loop that is busy with the burst, in front of the requests that wait for it.
 KEEPALIVE: Final = 60.0
-# The most upstream connections one process has in use at once; those proxy.connections keeps
-# idle count too, until it closes one to make way for a new one.
-LIMIT: Final = 1024
+# The most upstream connections one process has open at once, over all providers (each of which
+# has a limit of its own, its max_connections); those proxy.connections keeps idle count too,
+# until it closes one to make way for a new one.
+LIMIT: Final = 4096
 
 
 def connection_pool(

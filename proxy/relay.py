@@ -488,7 +488,7 @@ def _gap_timeout(answer: Answer, *, started: bool) -> UpstreamTimeout:
     else:
         gap, seconds = "idle", timeouts.idle
     error = UpstreamTimeout(f"The upstream sent nothing within {seconds:g} s ({gap})")
-    error.client_caused = gap == "total"  # a generation longer than allowed
+    error.blames_deployment = gap != "total"  # past it: a generation longer than allowed
     return error
 
 

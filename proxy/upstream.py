@@ -20,7 +20,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiohttp
@@ -31,8 +31,8 @@ from aiohttp.http import SERVER_SOFTWARE, HttpProcessingError
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.config import Provider
-from proxy.connections import Connections, Shelf
+from proxy.config import MAX_CONNECTIONS, Provider
+from proxy.connections import Connections, Shelf, Slots
 from proxy.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -123,6 +123,8 @@ class Target:
 
     destinations: Mapping[Endpoint, Destination]  # the endpoints its dialect serves
     timeout: aiohttp.ClientTimeout  # connecting; the rest is bounded by the caller's deadlines
+    # Its requests holding a connection: taken before ``send``, given back by the response.
+    slots: Slots = field(default_factory=lambda: Slots(MAX_CONNECTIONS))
 
 
 def target_for(provider: Provider) -> Target:
@@ -137,7 +139,7 @@ def target_for(provider: Provider) -> Target:
         for (dialect, endpoint), path in _PATHS.items()
         if dialect == provider.dialect
     }
-    return Target(destinations, timeout)
+    return Target(destinations, timeout, Slots(provider.max_connections))
 
 
 # What can come out of talking to a provider, for callers that catch it themselves on a hot path.
@@ -221,7 +223,7 @@ class UpstreamResponse:
     by ``close`` if it has not (whatever is left of the body is not worth waiting for).
     """
 
-    __slots__ = ("_connection", "_shelf", "content", "headers", "reason", "status")
+    __slots__ = ("_connection", "_shelf", "_slots", "content", "headers", "reason", "status")
 
     def __init__(
         self,
@@ -231,9 +233,11 @@ class UpstreamResponse:
         reason: str | None,
         headers: CIMultiDictProxy[str],
         content: aiohttp.StreamReader,
+        slots: Slots,
     ) -> None:
         self._connection: aiohttp.connector.Connection | None = connection
         self._shelf = shelf
+        self._slots = slots
         self.status = status
         self.reason = reason
         self.headers = headers
@@ -264,6 +268,7 @@ class UpstreamResponse:
             if isinstance(protocol, UpstreamProtocol):
                 protocol.idle = True
             self._shelf.put(connection)  # which closes it instead if it cannot be used again
+            self._slots.release()
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -272,6 +277,7 @@ class UpstreamResponse:
             if isinstance(protocol, UpstreamProtocol):
                 protocol.sink = None  # whatever took its reads lets go with it
             self._shelf.connections.discard(connection)
+            self._slots.release()
 
 
 class UpstreamClient:
@@ -285,8 +291,9 @@ class UpstreamClient:
     ) -> UpstreamResponse:
         """Send the request and wait for the response headers.
 
-        Callers bound the wait with their own first-byte deadline; a non-200 answer raises
-        ``UpstreamStatusError`` with the upstream's message.
+        Callers bound the wait with their own first-byte deadline, and hold one of the target's
+        ``slots``: the response gives it back once done with, or this if there is none; a
+        non-200 answer raises ``UpstreamStatusError`` with the upstream's message.
         """
         head = destination.stream_head if stream else destination.head
         # mapped_errors("connect"), spelled out, and the exchange itself written here rather
@@ -294,6 +301,7 @@ class UpstreamClient:
         # context manager and a level of coroutine (paid again when the answer resumes it) cost
         # microseconds per request.
         connections = self.connections
+        response: UpstreamResponse | None = None
         try:
             shelf = destination.shelf(connections)
             connection = shelf.take()
@@ -329,7 +337,13 @@ class UpstreamClient:
                     if not 100 <= message.code < 200 or message.code == 101:
                         break
                 response = UpstreamResponse(
-                    connection, shelf, message.code, message.reason, message.headers, content
+                    connection,
+                    shelf,
+                    message.code,
+                    message.reason,
+                    message.headers,
+                    content,
+                    target.slots,
                 )
             except BaseException:
                 # Cancelled or failed half way: nothing else may use it.
@@ -337,6 +351,9 @@ class UpstreamClient:
                 raise
         except TRANSPORT_ERRORS as exc:
             raise upstream_error_for(exc, "connect") from exc
+        finally:
+            if response is None:
+                target.slots.release()
         if response.status != 200:
             try:
                 with mapped_errors("error body"):

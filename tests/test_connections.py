@@ -16,6 +16,7 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
+from proxy.connections import Slots
 from proxy.errors import UpstreamError
 from proxy.pool import connection_pool
 from proxy.upstream import Destination, Target, UpstreamClient, read_whole
@@ -259,3 +260,35 @@ async def test_a_pool_closed_with_a_request_in_flight_closes_every_connection(
     with pytest.raises(UpstreamError):
         await asyncio.wait_for(in_flight, 3)
     assert pool.opened == 0
+
+
+async def test_slots_hand_a_freed_slot_to_the_longest_waiting() -> None:
+    slots = Slots(2)
+    assert slots.take() and slots.take() and not slots.take()
+    first = asyncio.ensure_future(slots.wait())
+    second = asyncio.ensure_future(slots.wait())
+    await asyncio.sleep(0)
+    slots.release()
+    await asyncio.sleep(0)
+    assert first.done() and not second.done()
+    assert slots.used == 2  # handed over, not freed
+    # A request that stopped waiting leaves the queue; the next release goes past it.
+    second.cancel()
+    await asyncio.sleep(0)
+    slots.release()
+    slots.release()
+    assert slots.used == 0 and slots.take()
+
+
+async def test_a_slot_handed_to_a_request_cancelled_meanwhile_is_passed_on() -> None:
+    slots = Slots(1)
+    assert slots.take()
+    waiter = asyncio.ensure_future(slots.wait())
+    other = asyncio.ensure_future(slots.wait())
+    await asyncio.sleep(0)
+    slots.release()  # to waiter...
+    waiter.cancel()  # ...which is cancelled before it runs: the slot goes on to other
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert waiter.cancelled() and other.done()
+    assert slots.used == 1

@@ -324,3 +324,62 @@ async def test_one_team_cannot_open_the_circuit_for_every_team(servers: Servers)
         await asyncio.wrap_future(
             asyncio.run_coroutine_threadsafe(upstream.stop(), servers.loop.loop)
         )
+
+
+# --- finding 4: one provider's connections, not every provider's --------------------------
+
+
+async def _slow_stream(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD)
+    for _ in range(15):
+        writer.write(chunk(text_event("slow ")))
+        await writer.drain()
+        await asyncio.sleep(0.1)
+    writer.write(chunk(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'))
+    writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+
+async def _quick(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(_next_answer())
+
+
+async def test_streams_held_on_one_provider_leave_the_others_their_connections(
+    servers: Servers,
+) -> None:
+    upstream = HostileUpstream({"busy": _slow_stream, "other": _quick})
+    loop = servers.loop.loop
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.start(), loop))
+    try:
+        timeouts = {"connect": 2, "first_byte": 0.5, "idle": 2, "total": 10}
+        providers = {
+            "busy": {"base_url": upstream.url("busy"), "max_connections": 2, "timeouts": timeouts},
+            "other": {"base_url": upstream.url("other"), "timeouts": timeouts},
+        }
+        models = {name: {"provider": name, "model": "up"} for name in providers}
+        url, _, gateway = servers.start_app(models, providers=providers)
+
+        async def ask(model: str, stream: bool) -> tuple[int, bytes]:
+            body = {"model": model, "messages": CHAT, "stream": stream}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(url + "/chat/completions", json=body, headers=AUTH) as r,
+            ):
+                return r.status, await r.read()
+
+        # One team holds both of busy's connections with streams that take 1.5 s.
+        held = [asyncio.ensure_future(ask("busy", True)) for _ in range(2)]
+        await asyncio.sleep(0.3)
+        # Every other provider's requests go through at once...
+        status, _ = await ask("other", False)
+        assert status == 200
+        # ...while a third to busy waits its first-byte limit for a connection, and says so.
+        status, raw = await ask("busy", False)
+        assert status == 504, raw
+        assert "max_connections" in orjson.loads(raw)["error"]["message"]
+        assert [status for status, _ in await asyncio.gather(*held)] == [200, 200]
+        # The streams' connections came back: busy serves again, and holds none.
+        status, _ = await ask("busy", True)
+        assert status == 200
+        assert gateway.state.runtime.targets["busy"].slots.used == 0
+    finally:
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.stop(), loop))
