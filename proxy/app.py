@@ -57,6 +57,8 @@ _API: Final[Mapping[str, tuple[str, Literal["chat", "completions", "models"]]]] 
     "/v1/models": ("GET", "models"),
 }
 _GET: Final = ("GET", "HEAD")  # a GET route answers HEAD too (aiohttp drops the body)
+# After the drain, how long requests that were cancelled get to end (their finally blocks).
+_CANCELLED_WAIT: Final = 1.0
 
 
 def error_response(exc: ProxyError, headers: Mapping[str, str] | None = None) -> JsonReply:
@@ -120,6 +122,9 @@ class Gateway:
         self._connections: Connections | None = None
         self._ended: list[Exchange] = []  # finished, not yet told to the observers
         self._reports = Batch(self._report, REPORT_DELAY)
+        # The tasks handling API requests now (``drain``), and who waits for them to end.
+        self._in_flight: set[asyncio.Task[object]] = set()
+        self._drained: asyncio.Event | None = None
 
     async def start(self) -> None:
         """Open the upstream connection pool (one per process, keep-alive) and be ready."""
@@ -156,6 +161,9 @@ class Gateway:
             return await self._other(request, path)
         state = self.state
         observers = state.observers
+        task = asyncio.current_task(state.deadlines.loop if state.deadlines else None)
+        if task is not None:
+            self._in_flight.add(task)
         exchange = Exchange(
             _request_id(request, state.runtime),
             api[1] if api else "other",
@@ -191,6 +199,10 @@ class Gateway:
                 exchange.status = response.status
         finally:
             exchange.ended = perf_counter()
+            if task is not None:
+                self._in_flight.discard(task)
+            if self._drained is not None and not self._in_flight:
+                self._drained.set()
             # Told later (REPORT_DELAY), after the response has gone out (aiohttp writes it as
             # soon as this returns): the client does not wait for metrics and the access log.
             self._ended.append(exchange)
@@ -198,6 +210,20 @@ class Gateway:
         if not response.prepared:
             response.headers["X-Request-Id"] = exchange.request_id
         return response
+
+    async def drain(self, seconds: float) -> None:
+        """Give the API requests in flight ``seconds`` to end, then cancel those left (each
+        still reports itself, metered as far as it got), and wait a moment for them to."""
+        self._drained = asyncio.Event()
+        for wait in (seconds, _CANCELLED_WAIT):
+            if not self._in_flight:
+                return
+            self._drained.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._drained.wait()
+            for task in self._in_flight:
+                task.cancel()
 
     def _report(self) -> None:
         """Tell the observers about the requests that have ended, observer by observer."""

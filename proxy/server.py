@@ -153,8 +153,9 @@ class ProxyRunner(web.ServerRunner):
             # headers as read_timeout bounds its body, and idle keep-alive connections alike.
             keepalive_timeout=config.server.read_timeout,
         )
-        super().__init__(server, shutdown_timeout=config.server.drain_seconds)
+        super().__init__(server, shutdown_timeout=_SHUTDOWN_TIMEOUT)
         self.gateway = gateway
+        self.drain_seconds = config.server.drain_seconds
 
     async def setup(self) -> None:
         await self.gateway.start()
@@ -165,8 +166,17 @@ class ProxyRunner(web.ServerRunner):
             raise
 
     async def cleanup(self) -> None:
+        """Stop listening, drain, close. The drain is the gateway's, within drain_seconds:
+        aiohttp's own waits its shutdown timeout twice (for the handlers, then again once it
+        has cancelled them), which a Kubernetes grace period computed from drain_seconds would
+        cut short with SIGKILL, mid-drain and unmetered."""
         try:
-            await super().cleanup()  # stop listening, then drain
+            for site in list(self.sites):
+                await site.stop()
+            if self.server is not None:
+                self.server.pre_shutdown()  # connections close once their request is answered
+            await self.gateway.drain(self.drain_seconds)
+            await super().cleanup()  # idle connections closed; nothing left in flight
         finally:
             await self.gateway.close()
 
@@ -401,6 +411,8 @@ def _supervise(listen: Listen) -> int:
 # every 0.2 s, a worker that could not start (its packages broken, its configuration file broken
 # since the others read it) took the supervisor and the kernel most of a core for as long as
 # nobody noticed (a lab left running: an hour).
+# What aiohttp's shutdown waits for requests after the gateway's drain: none is left by then.
+_SHUTDOWN_TIMEOUT: Final = 1.0
 STABLE_SECONDS: Final = 10.0
 RESTART_DELAY_MIN: Final = 0.5
 RESTART_DELAY_MAX: Final = 30.0

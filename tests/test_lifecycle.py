@@ -197,6 +197,28 @@ def test_a_stream_longer_than_the_drain_time_is_cut_and_still_metered(
         assert line["usage_source"] == "estimated" and line["completion_tokens"] > 0
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_drain_cuts_streams_at_drain_seconds_not_twice_that(
+    paced: Servers, tmp_path: Path, workers: str
+) -> None:
+    """A Kubernetes grace period is computed from drain_seconds: streams still going then are
+    cut then (aiohttp alone waited its shutdown timeout twice), and metered."""
+    config = tmp_path / "proxy.yaml"
+    write_config(config, paced.emulator_url, {"slow": SLOW}, drain_seconds=0.6)
+    with serve(config, tmp_path, "--workers", workers) as served:
+        stream = Stream(served.port, "slow")  # about 1.8 s of events: longer than twice 0.6
+        assert stream.first_event().startswith(b"data: ")
+        started = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        rest = stream.rest()
+        cut_after = time.monotonic() - started
+        assert b"[DONE]" not in rest
+        assert 0.5 <= cut_after < 1.1, cut_after
+        assert served.process.wait(15) == 0
+        (line,) = [entry for entry in served.access_lines() if entry.get("model") == "slow"]
+        assert line["usage_source"] == "estimated" and line["completion_tokens"] > 0
+
+
 def models_of(port: int) -> set[str]:
     status, body = get(port, "/v1/models")
     assert status == 200
