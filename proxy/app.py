@@ -191,6 +191,9 @@ class Gateway:
             raise
         except Exception:
             log.exception("request %s failed", exchange.request_id)
+            if exchange.first_token_at is not None and request.transport is not None:
+                # A stream had begun: a second answer would land inside its body. Cut instead.
+                request.transport.abort()
             response = self._failed(exchange, ProxyError("The proxy failed to handle the request"))
         else:
             # Before the observers run: they count the request under the status it was answered

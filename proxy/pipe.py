@@ -35,6 +35,7 @@ from time import perf_counter
 from typing import Final, cast
 
 import aiohttp
+import orjson
 from aiohttp.http_exceptions import TransferEncodingError
 
 from proxy.chunks import ChunkDecoder
@@ -78,6 +79,11 @@ def frames_for(normalizer: StreamNormalizer, events: list[Event], at_end: bool) 
                 return frames
         if at_end:
             frames += normalizer.finish()
+    except orjson.JSONEncodeError:
+        # orjson writes less deep a document than it reads: the upstream's, not a bug.
+        frames += normalizer.fail(
+            UpstreamProtocolError("The upstream sent an event nested too deeply to pass on")
+        )
     except Exception:
         # Defence in depth: a bug of ours must end this stream cleanly, not the process.
         log.exception("the normalizer failed")

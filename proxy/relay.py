@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import struct
 import termios
 from collections.abc import Awaitable, Sequence
@@ -51,6 +52,8 @@ from proxy.upstream import (
 from proxy.usage import Usage
 
 T = TypeVar("T")
+
+log = logging.getLogger("proxy.relay")
 
 USAGE_SOURCE: Final = "X-Usage-Source"
 
@@ -200,7 +203,13 @@ def _retrieved(task: asyncio.Future[None]) -> None:
 def _normalized(
     raw: bytes, family: ApiFamily, ctx: RequestContext, exchange: Exchange
 ) -> JsonReply:
-    normalized = family.response(raw, ctx)
+    try:
+        normalized = family.response(raw, ctx)
+    except orjson.JSONEncodeError:
+        # orjson writes less deep a document than it reads (deep logprobs, say).
+        raise UpstreamProtocolError(
+            "The upstream's answer is nested too deeply to pass on"
+        ) from None
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
     return _whole_reply(normalized.body, normalized.usage)
@@ -220,15 +229,25 @@ async def relay_stream(
 ) -> web.StreamResponse:
     """A streamed answer, relayed event by event as it arrives."""
     opening = _Opening(request, exchange, headers, observers)
-    if not answer.is_event_stream:
-        return await _whole_as_stream(answer, exchange, opening)
-    normalizer = answer.family.stream(answer.ctx)
     try:
-        return await _pump(answer, normalizer, exchange, opening)
-    finally:
-        exchange.usage = normalizer.usage
-        exchange.fixes = frozenset(normalizer.fixes)
-        answer.response.close()
+        if not answer.is_event_stream:
+            return await _whole_as_stream(answer, exchange, opening)
+        normalizer = answer.family.stream(answer.ctx)
+        try:
+            return await _pump(answer, normalizer, exchange, opening)
+        finally:
+            exchange.usage = normalizer.usage
+            exchange.fixes = frozenset(normalizer.fixes)
+            answer.response.close()
+    except Exception:
+        if opening.started is None:
+            raise  # nothing sent yet: the gateway answers it as an HTTP error
+        # A bug of ours after the first byte: another HTTP answer would land inside the body,
+        # so the connection is aborted, which tells the client the stream is cut.
+        log.exception("request %s failed after its first byte", exchange.request_id)
+        exchange.failure = UpstreamProtocolError("The proxy failed while relaying the stream")
+        _let_go(request, exchange)
+        return opening.started
 
 
 async def _read_within_total(answer: Answer, exchange: Exchange, read: Awaitable[T]) -> T:
@@ -274,6 +293,7 @@ class _Opening:
     exchange: Exchange
     headers: dict[str, str]
     observers: Sequence[Observer]
+    started: web.StreamResponse | None  # the response, once its headers have gone out
 
     def __init__(
         self,
@@ -286,6 +306,7 @@ class _Opening:
         self.exchange = exchange
         self.headers = headers
         self.observers = observers
+        self.started = None
 
     def response(self) -> web.StreamResponse:
         return _EventStream(status=200, headers={**_STREAM_HEADERS, **self.headers})
@@ -296,6 +317,7 @@ class _Opening:
         for observer in self.observers:
             observer.stream_started(exchange)
         await response.prepare(self.request)
+        self.started = response
         exchange.status = 200
         exchange.first_token_at = perf_counter()
 

@@ -8,8 +8,10 @@ for usage (section 3), remembering whether the client itself asked.
 from __future__ import annotations
 
 import builtins
+import json
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -75,6 +77,32 @@ def _optional_int(body: dict[str, Any], param: str, minimum: int) -> int | None:
     return value
 
 
+# Nineteen digits in a row: perhaps an integer beyond 64 bits (below -2**63 or from 2**64 on),
+# which orjson reads as a float and would send upstream so; only then is the body read once
+# more, to tell (``_check_integers``).
+_LONG_DIGITS: Final = re.compile(rb"\d{19}")
+_INT_RANGE: Final = range(-(2**63), 2**64)
+
+
+def _check_integers(raw: bytes) -> None:
+    """Refuse an integer that JSON's readers here cannot keep exact: changing a client's
+    value (a seed, say) on the way would be worse than refusing it."""
+
+    def read_int(text: str) -> int:
+        value = int(text)
+        if value not in _INT_RANGE:
+            raise ValueError(text)
+        return value
+
+    try:
+        json.loads(raw, parse_int=read_int)
+    except ValueError:
+        raise InvalidRequest(
+            "The request body holds an integer beyond 64 bits, which cannot be passed on exactly",
+            code="invalid_json",
+        ) from None
+
+
 def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
     """The validated request, or ``InvalidRequest`` naming the offending parameter."""
     try:
@@ -85,6 +113,8 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
         ) from exc
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
+    if _LONG_DIGITS.search(raw) is not None:
+        _check_integers(raw)
 
     model = body.get("model")
     if model is None:
@@ -154,4 +184,10 @@ def upstream_body(request: ClientRequest, upstream_model: str, *, ask_usage: boo
         body["stream_options"] = (
             {**options, "include_usage": True} if options else {"include_usage": True}
         )
-    return orjson.dumps(body)
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        # orjson writes less deep a document than it reads.
+        raise InvalidRequest(
+            "The request body is nested too deeply to be passed on", code="invalid_json"
+        ) from None

@@ -98,13 +98,23 @@ class _RequestHandler(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        # aiohttp's own: it logs, and refuses (ConnectionError) once a response has begun.
-        super().handle_error(request, status, exc, message)
+        # Not aiohttp's own, which logs the parser's traceback and message: they quote the bytes
+        # that failed, an Authorization value among them. One short line, no raw bytes.
+        log.warning(
+            "malformed HTTP request from %s: %s (answered %d)",
+            request.remote,
+            type(exc).__name__ if exc is not None else "error",
+            status,
+        )
+        if request.writer.output_size > 0:
+            # As aiohttp's own: a response has begun, another cannot follow.
+            raise ConnectionError("Response is sent already, cannot send another response")
         error: ProxyError
         if status < 500:
-            detail = " ".join((message or "").split())[:200]
+            # The parser's message is not echoed either: it may hold a credential.
             error = InvalidRequest(
-                f"Malformed HTTP request: {detail}" if detail else "Malformed HTTP request",
+                "Malformed HTTP request: its request line, a header or its framing could not"
+                " be parsed",
                 code="invalid_http",
             )
         else:

@@ -27,6 +27,10 @@ DONE_FRAME = b"data: [DONE]\n\n"
 _BOM = b"\xef\xbb\xbf"
 
 
+# The most digits of a retry: field that is read (a year in milliseconds has 11).
+_RETRY_DIGITS = 15
+
+
 class Event(NamedTuple):
     """One dispatched event; ``data`` is its ``data:`` lines joined with LF.
 
@@ -199,9 +203,10 @@ class SSEDecoder:
             # "If the field value does not contain U+0000 NULL, then set the last event ID
             # buffer to the field value. Otherwise, ignore the field."
             self._last_id = value.decode("utf-8", "replace")
-        elif name == b"retry" and value.isdigit():
+        elif name == b"retry" and value.isdigit() and len(value) <= _RETRY_DIGITS:
             # "If the field value consists of only ASCII digits": bytes.isdigit() is ASCII
-            # only, and False for an empty value.
+            # only, and False for an empty value. Longer than any delay in milliseconds is
+            # ignored too: Python refuses int() of over 4,300 digits.
             self._retry = int(value)
         # "Otherwise: The field is ignored." (so are id with NUL and retry with non-digits)
 

@@ -17,10 +17,13 @@ Measured (bench/client.py, one request at a time to nginx): 86.9 µs of CPU per 
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import aiohttp
@@ -209,11 +212,31 @@ def status_error(
             message = text or f"The upstream answered {status} {reason}".rstrip()
         exc = UpstreamStatusError(message, upstream_status=status)
     if retry_after is not None:
-        try:
-            exc.retry_after = max(0.0, float(retry_after))
-        except ValueError:
-            exc.retry_after = None
+        exc.retry_after = retry_after_seconds(retry_after)
     return exc
+
+
+# The longest Retry-After taken from an upstream: a day (a daily quota's reset); a longer or
+# infinite one is read as this, so that what is passed on stays a short number.
+RETRY_AFTER_MAX: Final = 86400.0
+
+
+def retry_after_seconds(value: str) -> float | None:
+    """Seconds from a Retry-After header: delay-seconds, or an HTTP-date (RFC 9110 10.2.3);
+    None when it is neither. Finite and within [0, RETRY_AFTER_MAX] whatever it says."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if math.isnan(seconds):
+        return None
+    return min(max(0.0, seconds), RETRY_AFTER_MAX)
 
 
 class UpstreamResponse:

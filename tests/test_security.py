@@ -19,6 +19,7 @@ import pytest
 
 from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
 from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, text_event
+from tests.replay import MADE_ID, parse_frames
 from tests.schema import validate
 
 AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
@@ -383,3 +384,259 @@ async def test_streams_held_on_one_provider_leave_the_others_their_connections(
         assert gateway.state.runtime.targets["busy"].slots.used == 0
     finally:
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.stop(), loop))
+
+
+# --- findings 7-10: what an upstream sends that must not break the proxy ----------------------
+
+HUGE = "x" * 500_000
+
+
+def _sse_answer(events: list[bytes]) -> bytes:
+    return EVENT_STREAM_HEAD + b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _text_chunk(text: str, **envelope: Any) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-ok",
+        "object": "chat.completion.chunk",
+        "created": 1764600000,
+        **envelope,
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+    }
+
+
+def _finish() -> bytes:
+    stop = {"index": 0, "delta": {}, "finish_reason": "stop"}
+    return _event({"id": "chatcmpl-ok", "choices": [stop]}) + b"data: [DONE]\n\n"
+
+
+async def _huge_id(request: bytes, writer: asyncio.StreamWriter) -> None:
+    if orjson.loads(request.partition(b"\r\n\r\n")[2]).get("stream"):
+        first = _event(_text_chunk("a", id=HUGE, system_fingerprint=HUGE))
+        writer.write(_sse_answer([first] + [_event(_text_chunk("b"))] * 200 + [_finish()]))
+    else:
+        answer = orjson.loads(_next_answer().partition(b"\r\n\r\n")[2])
+        answer["id"], answer["system_fingerprint"] = HUGE, HUGE
+        writer.write(_json(200, answer))
+
+
+async def _retry_field(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD + chunk(_event(_text_chunk("one "))))
+    for event in (b"retry: " + b"9" * 5000 + b"\n" + _event(_text_chunk("two ")), _finish()):
+        await writer.drain()
+        await asyncio.sleep(0.02)  # in reads of their own: the relay's pipe takes them
+        writer.write(chunk(event))
+    writer.write(b"0\r\n\r\n")
+
+
+def _retry_after(value: str) -> Any:
+    async def script(request: bytes, writer: asyncio.StreamWriter) -> None:
+        body = orjson.dumps({"error": {"message": "slow down", "type": "rate_limit"}})
+        writer.write(
+            f"HTTP/1.1 429 Too Many\r\nContent-Type: application/json\r\nRetry-After: {value}"
+            f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
+    return script
+
+
+# 300 levels: more than orjson writes, less than it reads.
+DEEP = b"[" * 300 + b'"x"' + b"]" * 300
+
+
+async def _deep_whole(request: bytes, writer: asyncio.StreamWriter) -> None:
+    answer = _next_answer()
+    body = answer.partition(b"\r\n\r\n")[2]
+    body = body.replace(b'"finish_reason"', b'"logprobs":{"content":' + DEEP + b'},"finish_reason"')
+    writer.write(_ok_bytes(body))
+
+
+async def _deep_stream(request: bytes, writer: asyncio.StreamWriter) -> None:
+    deep = _event(_text_chunk("a")).replace(
+        b'"finish_reason"', b'"logprobs":{"content":' + DEEP + b'},"finish_reason"'
+    )
+    writer.write(_sse_answer([_event(_text_chunk("a")), deep, _finish()]))
+
+
+def _ok_bytes(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
+async def _echo_body(request: bytes, writer: asyncio.StreamWriter) -> None:
+    """Answers with the request body it got as the content, to see what reached it."""
+    writer.write(_answer(request.partition(b"\r\n\r\n")[2].decode()))
+
+
+HOSTILE = {
+    "huge-id": _huge_id,
+    "retry-field": _retry_field,
+    "retry-after-inf": _retry_after("inf"),
+    "retry-after-1e999": _retry_after("1e999"),
+    "retry-after-1e300": _retry_after("1e300"),
+    "retry-after-nan": _retry_after("nan"),
+    "retry-after-date": _retry_after("Wed, 21 Oct 2099 07:28:00 GMT"),
+    "deep-whole": _deep_whole,
+    "deep-stream": _deep_stream,
+    "echo-body": _echo_body,
+}
+
+
+@pytest.fixture(scope="module")
+def hostile(servers: Servers) -> Iterator[tuple[HostileUpstream, str]]:
+    upstream = HostileUpstream(HOSTILE)
+    servers.loop.call(upstream.start)
+    providers = {name: {"base_url": upstream.url(name), "api_key": API_KEY} for name in HOSTILE}
+    models = {name: {"provider": name, "model": "up"} for name in HOSTILE}
+    url, _ = servers.start_proxy(models, providers=providers)
+    yield upstream, url
+    servers.loop.call(upstream.stop)
+
+
+async def _post(url: str, body: dict[str, Any] | bytes) -> tuple[int, Any, bytes]:
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    headers = {**AUTH, "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/chat/completions", data=data, headers=headers) as response,
+    ):
+        return response.status, response.headers, await response.read()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_huge_id_or_fingerprint_is_not_repeated(
+    hostile: tuple[HostileUpstream, str], stream: bool
+) -> None:
+    _, url = hostile
+    status, _, raw = await _post(url, {"model": "huge-id", "messages": CHAT, "stream": stream})
+    assert status == 200
+    assert len(raw) < 100_000 and HUGE[:1000] not in raw.decode()
+    objects = parse_frames(raw)[:-1] if stream else [orjson.loads(raw)]
+    assert all(MADE_ID["chat"].match(o["id"]) for o in objects)
+    assert all("system_fingerprint" not in o for o in objects)
+
+
+async def test_a_retry_field_of_5000_digits_is_ignored(
+    hostile: tuple[HostileUpstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, url = hostile
+    status, _, raw = await _post(url, {"model": "retry-field", "messages": CHAT, "stream": True})
+    assert status == 200 and b"HTTP/1.1" not in raw
+    frames = parse_frames(raw)
+    assert frames[-1] == "[DONE]"
+    text = "".join(f["choices"][0]["delta"].get("content", "") for f in frames[:-1] if f["choices"])
+    assert text == "one two "
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("retry-after-inf", "86400"),
+        ("retry-after-1e999", "86400"),
+        ("retry-after-1e300", "86400"),
+        ("retry-after-nan", None),
+        ("retry-after-date", "86400"),
+    ],
+)
+async def test_retry_after_is_finite_and_bounded(
+    hostile: tuple[HostileUpstream, str], script: str, expected: str | None
+) -> None:
+    _, url = hostile
+    status, headers, raw = await _post(url, {"model": script, "messages": CHAT})
+    assert status == 429, raw
+    validate(orjson.loads(raw), "ErrorResponse")
+    assert headers.get("Retry-After") == expected
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_an_answer_nested_too_deeply_is_the_upstream_s_failure(
+    hostile: tuple[HostileUpstream, str], stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, url = hostile
+    model = "deep-stream" if stream else "deep-whole"
+    status, _, raw = await _post(url, {"model": model, "messages": CHAT, "stream": stream})
+    if stream:  # the first event went out: the failure is the stream's last
+        assert status == 200
+        last = parse_frames(raw)[-1]
+        assert last["error"]["type"] == "upstream_error" and "deep" in last["error"]["message"]
+    else:
+        assert status == 502, raw
+        assert "deep" in orjson.loads(raw)["error"]["message"]
+    assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b'{"model": "echo-body", "messages": [{"role": "user", "content": "hi"}], "extra": '
+         + DEEP + b"}", 400),
+        (b'{"model": "echo-body", "messages": [], "seed": 123456789012345678901234567890}', 400),
+        (b'{"model": "echo-body", "messages": [{"role": "user", "content": "hi"}],'
+         b' "seed": -9223372036854775809}', 400),
+    ],
+)  # fmt: skip
+async def test_what_cannot_be_passed_on_exactly_is_refused(
+    hostile: tuple[HostileUpstream, str], body: bytes, status: int
+) -> None:
+    _, url = hostile
+    got, _, raw = await _post(url, body)
+    assert got == status, raw
+    validate(orjson.loads(raw), "ErrorResponse")
+
+
+async def test_integers_within_64_bits_pass_on_exactly(
+    hostile: tuple[HostileUpstream, str],
+) -> None:
+    _, url = hostile
+    body = (
+        b'{"model": "echo-body", "seed": 18446744073709551615, "user": "-9223372036854775808",'
+        b' "messages": [{"role": "user", "content": "1234567890123456789012"}]}'
+    )
+    status, _, raw = await _post(url, body)
+    assert status == 200, raw
+    received = orjson.loads(orjson.loads(raw)["choices"][0]["message"]["content"])
+    assert received["seed"] == 18446744073709551615
+
+
+# --- finding 11: malformed HTTP is answered and logged without echoing what came ---------------
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TEAM_KEY.encode()
+        + b"\x01\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        + TEAM_KEY.encode()
+        + b"\r\nContent-Length: nope\r\n\r\n{}",
+        b"POST /v1/" + TEAM_KEY.encode() + b" HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-"
+        + TEAM_KEY.encode()
+        + b"\x00: 1\r\n\r\n",
+    ],
+)
+async def test_malformed_http_echoes_no_credential(
+    hostile: tuple[HostileUpstream, str], request_bytes: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, url = hostile
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    caplog.set_level(logging.DEBUG)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes)
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1].startswith(b"4"), answer[:200]
+    validate(orjson.loads(body), "ErrorResponse")
+    assert TEAM_KEY.encode() not in answer
+    assert TEAM_KEY not in caplog.text and "Traceback" not in caplog.text
+    assert "malformed HTTP request" in caplog.text

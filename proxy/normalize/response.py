@@ -28,6 +28,7 @@ from proxy.normalize.fields import (
     upstream_error,
 )
 from proxy.normalize.tables import (
+    ENVELOPE_TEXT_MAX,
     FIX_ENVELOPE,
     FIX_EXTRAS,
     FIX_FINISH_REASON,
@@ -121,7 +122,7 @@ def _ordinary(body: dict[str, Any], choices: list[Any], ctx: RequestContext) -> 
     if (
         body.get("object") != "chat.completion"
         or type(upstream_id) is not str
-        or not upstream_id
+        or not 0 < len(upstream_id) <= ENVELOPE_TEXT_MAX
         or type(created) is not int
         or not 10**8 <= created < 10**10  # plausible_created keeps it as it is
     ):
@@ -137,7 +138,7 @@ def _ordinary(body: dict[str, Any], choices: list[Any], ctx: RequestContext) -> 
         "model": ctx.model,
     }
     fingerprint = body.get("system_fingerprint")
-    if type(fingerprint) is str and fingerprint:
+    if type(fingerprint) is str and 0 < len(fingerprint) <= ENVELOPE_TEXT_MAX:
         out["system_fingerprint"] = fingerprint
     tier = service_tier(body.get("service_tier"))
     if tier is not None:
@@ -202,6 +203,8 @@ class _Builder:
     def _envelope(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
         upstream_id = body.get("id")
         created = plausible_created(body.get("created"))
+        if not (isinstance(upstream_id, str) and 0 < len(upstream_id) <= ENVELOPE_TEXT_MAX):
+            upstream_id = None
         if body.get("object") != kind or not upstream_id or created is None:
             self.fixes.add(FIX_ENVELOPE)
         out: dict[str, Any] = {
@@ -213,7 +216,7 @@ class _Builder:
             "model": self.ctx.model,
         }
         fingerprint = body.get("system_fingerprint")
-        if isinstance(fingerprint, str) and fingerprint:
+        if isinstance(fingerprint, str) and 0 < len(fingerprint) <= ENVELOPE_TEXT_MAX:
             out["system_fingerprint"] = fingerprint
         tier = service_tier(body.get("service_tier"))
         if tier is not None and kind == "chat.completion":

@@ -34,6 +34,7 @@ from proxy.normalize.fields import (
     upstream_error,
 )
 from proxy.normalize.tables import (
+    ENVELOPE_TEXT_MAX,
     FIX_CUT_SHORT,
     FIX_EMPTY_CHUNK,
     FIX_ENVELOPE,
@@ -321,7 +322,7 @@ class StreamNormalizer:
             self.fixes.add(FIX_ENVELOPE)
         if self._id is None:
             upstream_id = payload.get("id")
-            if isinstance(upstream_id, str) and upstream_id:
+            if isinstance(upstream_id, str) and 0 < len(upstream_id) <= ENVELOPE_TEXT_MAX:
                 self._id = upstream_id
             else:
                 self.fixes.add(FIX_ENVELOPE)
@@ -330,7 +331,11 @@ class StreamNormalizer:
             if self._created is None:
                 self.fixes.add(FIX_ENVELOPE)
         fingerprint = payload.get("system_fingerprint")
-        if isinstance(fingerprint, str) and fingerprint and fingerprint != self._fingerprint:
+        if (
+            isinstance(fingerprint, str)
+            and 0 < len(fingerprint) <= ENVELOPE_TEXT_MAX
+            and fingerprint != self._fingerprint
+        ):
             self._fingerprint = fingerprint
             self._heads.clear()
         raw_tier = payload.get("service_tier")

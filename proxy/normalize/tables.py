@@ -44,6 +44,11 @@ ERROR_FINISH_REASONS: Final = frozenset({"error", "insufficient_system_resource"
 # Reasoning text spellings on a delta or message, in order of preference (SOURCES.md C).
 REASONING_KEYS: Final = ("reasoning_content", "reasoning", "thinking")
 
+# The longest id or system_fingerprint passed on: a stream repeats them on every chunk, so a
+# huge one would be multiplied by the number of chunks. A longer id is replaced by one the proxy
+# makes; a longer fingerprint is dropped.
+ENVELOPE_TEXT_MAX: Final = 128
+
 SERVICE_TIERS: Final = frozenset({"auto", "default", "flex", "scale", "priority", "fast"})
 
 CHAT_LOGPROBS_KEYS: Final = ("content", "refusal")
