@@ -197,10 +197,12 @@ async def serve_worker(
     reuse_port: bool,
     ready: Callable[[], None] | None = None,
     metrics_dir: str | None = None,
+    parent: int | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain in-flight requests and stop.
 
-    ``metrics_dir`` is the run's multiprocess directory when this is one of several workers.
+    ``metrics_dir`` is the run's multiprocess directory when this is one of several workers,
+    and ``parent`` the pid of their supervisor: when it is gone, the worker stops too.
     """
     loaded = _signature(listen.config_path)
     config = load_config(listen.config_path)
@@ -266,6 +268,12 @@ async def serve_worker(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         loop.add_signal_handler(signal.SIGHUP, reload_config, state, listen.config_path)
+        # Blocked by the supervisor from before this process began (its default action ends
+        # a process): a SIGHUP sent meanwhile is pending, and reloads now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+        if parent is not None:
+            orphaned = asyncio.create_task(_orphaned(parent, stop))
+            stack.callback(orphaned.cancel)
         if _signature(listen.config_path) != loaded:
             # Changed while this worker started: a SIGHUP sent then found no handler.
             reload_config(state, listen.config_path)
@@ -284,6 +292,17 @@ async def serve_worker(
             log.info("worker %d not ready; closing its listener in %g s", os.getpid(), delay)
             await asyncio.sleep(delay)
         log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
+
+
+async def _orphaned(parent: int, stop: asyncio.Event) -> None:
+    """Stop (drain, then exit) once the supervisor is gone (``kill -9``): its workers would
+    otherwise serve on with the configuration they have, beside a new server's."""
+    while True:  # polled: portable, and one getppid a second costs nothing
+        await asyncio.sleep(PARENT_CHECK)
+        if os.getppid() != parent:
+            break
+    log.warning("worker %d: its supervisor %d is gone; stopping", os.getpid(), parent)
+    stop.set()
 
 
 def _tell_collected(state: State, full: bool, seconds: float) -> None:
@@ -321,6 +340,10 @@ def _close_observers(observers: Sequence[Observer]) -> None:
 
 # Settings that belong to the listener or the process: a reload cannot change them.
 _RESTART_ONLY = ("server", "metrics", "access_log")
+# What aiohttp's shutdown waits for requests after the gateway's drain: none is left by then.
+_SHUTDOWN_TIMEOUT: Final = 1.0
+# How often a worker checks that its supervisor is still there (``_orphaned``).
+PARENT_CHECK: Final = 1.0
 
 
 def reload_config(state: State, path: Path) -> bool:
@@ -370,9 +393,10 @@ async def _watch(state: State, path: Path, every: float) -> None:
             reload_config(state, path)
 
 
-def _worker_main(listen: Listen, metrics_dir: str) -> None:
+def _worker_main(listen: Listen, metrics_dir: str, parent: int) -> None:
     # Until serve_worker installs its handler, a reload signal must not end the worker (its
-    # default action); serve_worker then reloads if the file changed meanwhile.
+    # default action): blocked from the start (the supervisor's mask), and ignored from here;
+    # serve_worker then reloads if the file changed meanwhile.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     logging.getLogger().setLevel(logging.INFO)
     # Until serve_worker's outlet takes over, and after it: an outlet that never waits for long,
@@ -382,7 +406,11 @@ def _worker_main(listen: Listen, metrics_dir: str) -> None:
     with _logging_to(Outlet(2, patient=False), None):
         try:
             with contextlib.suppress(KeyboardInterrupt):
-                run(lambda: serve_worker(listen, reuse_port=True, metrics_dir=metrics_dir))
+                run(
+                    lambda: serve_worker(
+                        listen, reuse_port=True, metrics_dir=metrics_dir, parent=parent
+                    )
+                )
         except ConfigError as exc:
             # A worker started after the file was broken (the others serve on with what they
             # read): one clear line, not a traceback, and the supervisor waits longer each time.
@@ -421,8 +449,6 @@ def _supervise(listen: Listen) -> int:
 # every 0.2 s, a worker that could not start (its packages broken, its configuration file broken
 # since the others read it) took the supervisor and the kernel most of a core for as long as
 # nobody noticed (a lab left running: an hour).
-# What aiohttp's shutdown waits for requests after the gateway's drain: none is left by then.
-_SHUTDOWN_TIMEOUT: Final = 1.0
 STABLE_SECONDS: Final = 10.0
 RESTART_DELAY_MIN: Final = 0.5
 RESTART_DELAY_MAX: Final = 30.0
@@ -459,8 +485,16 @@ def _run_workers(
     told: set[int] = set()  # the workers sent SIGTERM
 
     def start_worker() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_worker_main, args=(listen, metrics_dir), daemon=False)
-        process.start()
+        process = context.Process(
+            target=_worker_main, args=(listen, metrics_dir, os.getpid()), daemon=False
+        )
+        # The new process starts with SIGHUP blocked (the mask is inherited) until its handler
+        # is in place: a reload sent while it starts must not end it.
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         return process
 
     def signal_workers(signum: int, skip: Container[int] = ()) -> None:

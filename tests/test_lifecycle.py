@@ -7,6 +7,8 @@ arrives.
 from __future__ import annotations
 
 import http.client
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -283,3 +285,57 @@ def test_shutdown_delay_keeps_serving_not_ready_before_the_listener_closes(
         assert models_of(served.port) == {"first"}
         wait_for(lambda: refuses_connections(served.port), "the listener to close", 5)
         assert served.process.wait(15) == 0
+
+
+def _worker_pids(served: Served) -> list[int]:
+    return [int(pid) for pid in re.findall(r"worker (\d+) listening on ", served.log_text())]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_workers_stop_when_their_supervisor_is_killed(paced: Servers, tmp_path: Path) -> None:
+    """kill -9 of the supervisor: its workers drain and exit rather than serve on, beside a
+    new server, with the configuration they had."""
+    config = tmp_path / "proxy.yaml"
+    write_config(config, paced.emulator_url, {"slow": SLOW}, drain_seconds=0.5)
+    with serve(config, tmp_path, "--workers", "2") as served:
+        workers = _worker_pids(served)
+        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+        served.process.kill()
+        served.process.wait(5)
+        wait_for(lambda: not any(_alive(pid) for pid in workers), "the workers to exit", 10)
+        assert refuses_connections(served.port)
+
+
+def test_sighup_while_workers_start_kills_none(paced: Servers, tmp_path: Path) -> None:
+    """A reload signal sent as often as a deploy script might, from the moment the server is
+    started: every worker comes up and stays up (SIGHUP's default action ends a process)."""
+    config = tmp_path / "proxy.yaml"
+    write_config(config, paced.emulator_url, {"slow": SLOW})
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--config", str(config), "--port",
+             str(port), "--workers", "2"],
+            cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        time.sleep(0.3)  # the supervisor's own handler is in place by then; the workers start
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            process.send_signal(signal.SIGHUP)
+            time.sleep(0.05)
+        wait_for(lambda: log.read_text().count(" listening on ") >= 2, "both workers", 10)
+        text = log.read_text()
+        assert "exited" not in text and "died" not in text, text[-2000:]
+        assert get(port, "/readyz")[0] == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(15)
