@@ -313,6 +313,14 @@ def test_workers_stop_when_their_supervisor_is_killed(paced: Servers, tmp_path: 
         assert refuses_connections(served.port)
 
 
+def _catches_sighup(pid: int) -> bool:
+    """Whether the process has a handler of its own for SIGHUP (Linux: /proc's SigCgt)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("SigCgt:", "SigIgn:")) and int(line.split()[1], 16) & 1:
+            return True
+    return False
+
+
 def test_sighup_while_workers_start_kills_none(paced: Servers, tmp_path: Path) -> None:
     """A reload signal sent as often as a deploy script might, from the moment the server is
     started: every worker comes up and stays up (SIGHUP's default action ends a process)."""
@@ -327,7 +335,9 @@ def test_sighup_while_workers_start_kills_none(paced: Servers, tmp_path: Path) -
             cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        time.sleep(0.3)  # the supervisor's own handler is in place by then; the workers start
+        # From the moment the supervisor catches SIGHUP itself (before, it is no worker's
+        # matter): its workers are starting then.
+        wait_for(lambda: _catches_sighup(process.pid), "the supervisor's handler", 10)
         deadline = time.monotonic() + 4
         while time.monotonic() < deadline:
             process.send_signal(signal.SIGHUP)
