@@ -55,7 +55,11 @@ async def read_body(request: web.BaseRequest, limit: int, seconds: float) -> byt
     content = request.content
     if content.is_eof() and content.total_bytes <= limit:
         # The whole body came with the headers (the usual case): no waiting, no timer, and no
-        # Content-Length to parse (aiohttp's parser held the body to it).
+        # Content-Length to parse (aiohttp's parser held the body to it). An expectation other
+        # than 100-continue is refused all the same (RFC 9110 10.1.1).
+        expect = request.headers.get("Expect")
+        if expect is not None and expect.lower() != "100-continue":
+            raise ExpectationFailed(expect)
         return content.read_nowait()
     length = request.content_length
     if length is not None and length > limit:

@@ -171,7 +171,8 @@ class UpstreamStatusError(UpstreamError):
     """The upstream answered with an error status, or an error object in a stream.
 
     The upstream's own 4xx keeps its status and message (CANONICAL.md section 4); a 429 is
-    the client's rate limit error; anything else is a 502.
+    the client's rate limit error; anything else is a 502, and so is the upstream's refusal of
+    the proxy's own credentials (401, 407): an SDK told 401 reports the client's key as wrong.
     """
 
     kind = "status"
@@ -193,8 +194,9 @@ class UpstreamStatusError(UpstreamError):
 
     @property
     def http_status(self) -> int:
-        if self.upstream_status == 429 or 400 <= self.upstream_status < 500:
-            return self.upstream_status
+        status = self.upstream_status
+        if 400 <= status < 500 and status not in _CREDENTIALS_REFUSED:
+            return status
         return 502
 
     @property
@@ -208,6 +210,7 @@ class UpstreamStatusError(UpstreamError):
         return self.upstream_type or _TYPE_BY_STATUS.get(status, "invalid_request_error")
 
 
+_CREDENTIALS_REFUSED = frozenset({401, 407})
 _TYPE_BY_STATUS = {
     401: "authentication_error",
     403: "permission_error",

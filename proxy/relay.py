@@ -357,7 +357,9 @@ async def _pump(
     read = answer.response.content.readany
     timeouts = answer.timeouts
     deadline = answer.deadline
-    wait = timeouts.first_byte
+    # Until its first frame, by the first-byte limit: comments and empty events, which make
+    # none, do not count as an answer.
+    first_frame_by = loop.time() + timeouts.first_byte
     timer = answer.timer
     waiting = "upstream"  # what the deadline was for, if it expires
     data = b""
@@ -365,7 +367,8 @@ async def _pump(
         while not normalizer.ended:
             # Two clocks: the loop's for deadlines (what its timers run on), perf_counter for
             # the waits metered (see Exchange).
-            timer.move(min(loop.time() + wait, deadline))
+            limit = first_frame_by if response is None else loop.time() + timeouts.idle
+            timer.move(min(limit, deadline))
             started = perf_counter()
             waiting = "upstream"
             if pipe is not None:
@@ -395,7 +398,6 @@ async def _pump(
                     else:
                         frames = frames_for(normalizer, events, not data)
                 now = perf_counter()
-            wait = timeouts.idle
             if not frames:
                 continue
             if response is None:
@@ -543,15 +545,15 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> JsonReply:
     loop = timer.loop
     timeouts = answer.timeouts
     read = answer.response.content.readany
-    wait = timeouts.first_byte
+    first_frame_by = loop.time() + timeouts.first_byte  # as in _pump
     size = 0
     waited = perf_counter()
     try:
         while not normalizer.ended:
-            timer.move(min(loop.time() + wait, answer.deadline))
+            limit = loop.time() + timeouts.idle if frames else first_frame_by
+            timer.move(min(limit, answer.deadline))
             with mapped_errors("stream"):
                 data = await read()
-            wait = timeouts.idle
             size += len(data)
             if size > RESPONSE_LIMIT:
                 raise UpstreamProtocolError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -640,3 +641,119 @@ async def test_malformed_http_echoes_no_credential(
     assert TEAM_KEY.encode() not in answer
     assert TEAM_KEY not in caplog.text and "Traceback" not in caplog.text
     assert "malformed HTTP request" in caplog.text
+
+
+# --- finding 14 ----------------------------------------------------------------------------
+
+
+async def _comments_only(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD)
+    for _ in range(100):
+        writer.write(chunk(b": keep-alive\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+
+
+async def _empty_events(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD)
+    for _ in range(100):
+        writer.write(chunk(b"data: \n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+
+
+def _nameless_call(arguments: str) -> bytes:
+    call = {"index": 0, "function": {"arguments": arguments}}
+    payload = {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]}
+    return _event({"id": "chatcmpl-ok", **payload})
+
+
+async def _nameless_flood(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD + chunk(_event(_text_chunk("calling"))))
+    for _ in range(300):  # 300 x 4 KiB of arguments for a call that never says its name
+        writer.write(chunk(_nameless_call("a" * 4096)))
+        await writer.drain()
+    writer.write(chunk(_finish()) + b"0\r\n\r\n")
+
+
+async def _nameless_end(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(
+        _sse_answer([_event(_text_chunk("calling")), _nameless_call('{"x": 1}'), _finish()])
+    )
+
+
+async def _auth_event(request: bytes, writer: asyncio.StreamWriter) -> None:
+    error = {"error": {"message": "Invalid API key", "code": 401, "type": "auth"}}
+    writer.write(_sse_answer([_event(error)]))
+
+
+async def _auth_status(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(_json(401, {"error": {"message": "Incorrect API key provided"}}))
+
+
+FOURTEEN = {
+    "comments-only": _comments_only,
+    "empty-events": _empty_events,
+    "nameless-flood": _nameless_flood,
+    "auth-event": _auth_event,
+    "auth-status": _auth_status,
+}
+
+
+@pytest.fixture(scope="module")
+def fourteen(servers: Servers) -> Iterator[str]:
+    upstream = HostileUpstream(FOURTEEN)
+    servers.loop.call(upstream.start)
+    timeouts = {"connect": 2, "first_byte": 0.5, "idle": 1, "total": 8}
+    providers = {
+        name: {"base_url": upstream.url(name), "api_key": API_KEY, "timeouts": timeouts}
+        for name in FOURTEEN
+    }
+    models = {name: {"provider": name, "model": "up"} for name in FOURTEEN}
+    url, _ = servers.start_proxy(models, providers=providers)
+    yield url
+    servers.loop.call(upstream.stop)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("script", ["comments-only", "empty-events"])
+async def test_a_stream_of_nothing_meets_the_first_byte_limit(
+    fourteen: str, script: str, stream: bool
+) -> None:
+    started = time.monotonic()
+    status, _, raw = await _post(fourteen, {"model": script, "messages": CHAT, "stream": stream})
+    assert status == 504, raw
+    assert "(first byte)" in orjson.loads(raw)["error"]["message"]
+    assert time.monotonic() - started < 2  # not the idle limit after each comment, nor total
+
+
+async def test_nameless_tool_call_arguments_are_bounded(fourteen: str) -> None:
+    body = {"model": "nameless-flood", "messages": CHAT, "stream": True}
+    status, _, raw = await _post(fourteen, body)
+    assert status == 200
+    last = parse_frames(raw)[-1]
+    assert last != "[DONE]" and last["error"]["type"] == "upstream_error"
+    assert "without a function name" in last["error"]["message"]
+    assert len(raw) < 100_000  # nothing of it buffered out
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("script", ["auth-event", "auth-status"])
+async def test_the_upstream_refusing_the_proxy_s_key_is_a_502(
+    fourteen: str, script: str, stream: bool
+) -> None:
+    status, _, raw = await _post(fourteen, {"model": script, "messages": CHAT, "stream": stream})
+    assert status == 502, raw
+    error = orjson.loads(raw)["error"]
+    assert error["type"] == "upstream_error" and "API key" in error["message"]
+
+
+async def test_an_unknown_expectation_is_refused_though_the_body_came(fourteen: str) -> None:
+    body = orjson.dumps({"model": "auth-status", "messages": CHAT})
+    headers = {**AUTH, "Content-Type": "application/json", "Expect": "200-ok"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(fourteen + "/chat/completions", data=body, headers=headers) as r,
+    ):
+        assert r.status == 417
+        validate(await r.json(), "ErrorResponse")

@@ -215,7 +215,12 @@ class StreamNormalizer:
         if isinstance(choices, list):
             for raw in choices:
                 if isinstance(raw, dict):
-                    choice = self._chat_choice(raw) if self._chat else self._completion_choice(raw)
+                    try:
+                        choice = (
+                            self._chat_choice(raw) if self._chat else self._completion_choice(raw)
+                        )
+                    except UpstreamProtocolError as exc:  # tool calls it cannot relay
+                        return self.fail(exc)
                     if isinstance(choice, _Failed):
                         message = f"The upstream stopped with finish_reason '{choice.reason}'"
                         return self.fail(upstream_error(raw.get("error") or message))

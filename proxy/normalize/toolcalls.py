@@ -20,8 +20,13 @@ from typing import Any
 
 import orjson
 
+from proxy.errors import UpstreamProtocolError
 from proxy.normalize.fields import make_call_id
 from proxy.normalize.tables import FIX_TOOL_CALLS
+
+# The most argument text kept for calls whose name has not come yet: one that never names
+# itself would otherwise be buffered for as long as the stream lasts.
+PENDING_MAX = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -35,12 +40,15 @@ class _Call:
 class ToolCalls:
     """The tool calls of one choice of a stream, as its fragments arrive."""
 
-    __slots__ = ("_calls", "_last")
+    __slots__ = ("_calls", "_last", "_pending")
 
     def __init__(self) -> None:
         # By the upstream's index, else its id, else position: see ``_find``.
         self._calls: dict[object, _Call] = {}
         self._last: _Call | None = None
+        # Characters of arguments kept for calls not yet named. What is left at the end is
+        # dropped: TGI <= 2.0 ends with a nameless "</s>", its end-of-sequence token.
+        self._pending = 0
 
     @property
     def emitted(self) -> bool:
@@ -90,10 +98,16 @@ class ToolCalls:
             # A call is announced by its name (CANONICAL.md 2); keep its arguments until then.
             if arguments:
                 call.pending.append(arguments)
+                self._pending += len(arguments)
+                if self._pending > PENDING_MAX:
+                    raise UpstreamProtocolError(
+                        "The upstream sent tool call arguments without a function name"
+                    )
             fixes.add(FIX_TOOL_CALLS)
             return None
         if call.pending:
             arguments = "".join(call.pending) + arguments
+            self._pending -= sum(map(len, call.pending))
             call.pending.clear()
         call.emitted = True
         if call.id is None:
