@@ -8,8 +8,11 @@ sends unsolicited answers on idle connections, and the like.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -17,6 +20,8 @@ from urllib.parse import quote, quote_plus
 import aiohttp
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
 from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, text_event
@@ -757,3 +762,106 @@ async def test_an_unknown_expectation_is_refused_though_the_body_came(fourteen: 
     ):
         assert r.status == 417
         validate(await r.json(), "ErrorResponse")
+
+
+# --- finding 6: a whole answer collected from a stream is bounded in size -------------------
+
+
+async def _flood_stream(request: bytes, writer: asyncio.StreamWriter) -> None:
+    writer.write(EVENT_STREAM_HEAD)
+    text = "y" * (512 * 1024)  # under the bound of one event (1 MiB)
+    for _ in range(160):  # 80 MiB of text, past the 64 MiB bound of a whole answer
+        writer.write(chunk(_event(_text_chunk(text))))
+        await writer.drain()
+
+
+async def test_a_stream_collected_for_a_whole_answer_is_bounded_in_size(servers: Servers) -> None:
+    upstream = HostileUpstream({"flood": _flood_stream})
+    loop = servers.loop.loop
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.start(), loop))
+    try:
+        url, _ = servers.start_proxy(
+            {"flood": {"provider": "flood", "model": "up"}},
+            providers={"flood": {"base_url": upstream.url("flood")}},
+        )
+        status, _, raw = await _post(url, {"model": "flood", "messages": CHAT})
+        assert status == 502, raw[:300]
+        assert "larger than the limit" in orjson.loads(raw)["error"]["message"]
+    finally:
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.stop(), loop))
+
+
+# --- every client input is answered in section 4's shape, without a traceback ----------------
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_FIELDS = st.sampled_from(
+    ["model", "messages", "stream", "stream_options", "n", "max_tokens", "prompt", "seed", "tools"]
+)
+_BODIES = st.one_of(
+    st.dictionaries(_FIELDS | st.text(max_size=8), _VALUES, max_size=6),
+    st.fixed_dictionaries(
+        {"model": st.just("echo-body"), "messages": _VALUES},
+        optional={"stream": _VALUES, "n": _VALUES, "max_tokens": _VALUES, "extra": _VALUES},
+    ),
+    st.builds(lambda depth: {"model": "echo-body", "messages": CHAT, "x": _nest(depth)},
+              st.integers(min_value=250, max_value=1100)),
+)  # fmt: skip
+
+
+def _nest(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _raw(body: Any) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except (TypeError, orjson.JSONEncodeError):  # deeper than orjson writes: by hand
+        return json.dumps(body).encode()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(body=_BODIES | st.binary(max_size=64).map(lambda b: b"\x00" + b))
+def test_any_body_gets_a_canonical_answer(
+    hostile: tuple[HostileUpstream, str], caplog: pytest.LogCaptureFixture, body: Any
+) -> None:
+    _, url = hostile
+    data = body if isinstance(body, bytes) else _raw(body)
+    request = urllib.request.Request(
+        url + "/chat/completions", data=data, method="POST",
+        headers={**AUTH, "Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, raw = response.status, response.read()
+            streamed = response.headers["Content-Type"].startswith("text/event-stream")
+    except urllib.error.HTTPError as error:
+        status, raw, streamed = error.code, error.read(), False
+    if status >= 400:
+        validate(orjson.loads(raw), "ErrorResponse")
+        assert status in (400, 404, 413, 502), raw
+    elif streamed:
+        for frame in parse_frames(raw)[:-1]:
+            validate(
+                frame, "ErrorResponse" if "error" in frame else "CreateChatCompletionStreamResponse"
+            )
+    else:
+        validate(orjson.loads(raw), "CreateChatCompletionResponse")
+    assert "Traceback" not in caplog.text
