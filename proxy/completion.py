@@ -217,6 +217,7 @@ async def _attempt(
         n=client_request.n,
         prompt=client_request.prompt,
         redact=runtime.redact,
+        choices=client_request.choices,
     )
     body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     timeouts = provider.timeouts

@@ -30,6 +30,8 @@ class ClientRequest:
     include_usage: bool  # the client asked for usage in its stream
     max_tokens: int | None
     n: int
+    # The most chat choices relayed (0: no bound): the n the client set, else CHOICES_MAX.
+    choices: int
     # The messages or the prompt, measured only for a usage estimate. builtins.object, not a
     # bare object: compiled (setup.py), a dataclass looks its fields' types up among the
     # module's names, and a bare builtin is not one of them.
@@ -45,6 +47,7 @@ class ClientRequest:
         max_tokens: int | None,
         n: int,
         prompt: builtins.object,
+        choices: int = 0,
     ) -> None:
         self.endpoint = endpoint
         self.body = body
@@ -54,6 +57,7 @@ class ClientRequest:
         self.max_tokens = max_tokens
         self.n = n
         self.prompt = prompt
+        self.choices = choices
 
 
 def _wrong_type(param: str, expected: str) -> InvalidRequest:
@@ -82,6 +86,8 @@ def _optional_int(body: dict[str, Any], param: str, minimum: int) -> int | None:
 # more, to tell (``_check_integers``).
 _LONG_DIGITS: Final = re.compile(rb"\d{19}")
 _INT_RANGE: Final = range(-(2**63), 2**64)
+# The most chat choices relayed to a client that did not set n.
+CHOICES_MAX: Final = 128
 
 
 def _check_integers(raw: bytes) -> None:
@@ -166,8 +172,11 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
     if max_tokens is None:
         max_tokens = _optional_int(body, "max_tokens", 0)
     n = _optional_int(body, "n", 1) or 1
+    # A client that set n gets that many chat choices, and no more; one that did not may get
+    # more than one, as the upstream's default n brings (never merged), up to a bound.
+    choices = (n if "n" in body else CHOICES_MAX) if endpoint == "chat" else 0
     return ClientRequest(
-        endpoint, body, model, stream, include_usage and stream, max_tokens, n, prompt
+        endpoint, body, model, stream, include_usage and stream, max_tokens, n, prompt, choices
     )
 
 

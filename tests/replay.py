@@ -51,8 +51,9 @@ class Golden:
 
     @property
     def n(self) -> int:
-        """The ``n`` a client asks for to get this fixture's choices (1 for batch completions),
-        unless the golden says (an upstream that sends more choices than were asked for)."""
+        """The ``n`` a client asks for to get this fixture's choices (1 for batch completions);
+        a golden that has ``n`` is of an upstream that sends more choices than that to a client
+        that sets no n (whose n is the API's default, 1)."""
         count = len(self.data["choices"])
         return int(self.data.get("n", count if self.endpoint == "chat" else 1))
 

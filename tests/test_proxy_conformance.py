@@ -50,6 +50,11 @@ def request_body(golden: Golden, include_usage: bool) -> dict[str, Any]:
     return body
 
 
+def sdk_n(golden: Golden) -> Any:
+    """The n an SDK call sets: none for a golden that says the client sets none."""
+    return openai.NOT_GIVEN if "n" in golden.data else golden.n
+
+
 def path(golden: Golden) -> str:
     return "/chat/completions" if golden.endpoint == "chat" else "/completions"
 
@@ -131,7 +136,7 @@ def test_sync_sdk_streams_every_fixture(proxy_url: str, golden: Golden) -> None:
                 model=golden.name,
                 messages=[{"role": "user", "content": "Hello"}],
                 stream=True,
-                n=golden.n,
+                n=sdk_n(golden),
                 stream_options={"include_usage": True},
             )
             for chunk in stream:
@@ -162,7 +167,7 @@ async def test_async_sdk_stream_helper_final_completion(proxy_url: str, golden: 
     async with (
         client,
         client.chat.completions.stream(
-            model=golden.name, messages=[{"role": "user", "content": "Hello"}], n=golden.n
+            model=golden.name, messages=[{"role": "user", "content": "Hello"}], n=sdk_n(golden)
         ) as stream,
     ):
         async for _event in stream:

@@ -865,3 +865,59 @@ def test_any_body_gets_a_canonical_answer(
     else:
         validate(orjson.loads(raw), "CreateChatCompletionResponse")
     assert "Traceback" not in caplog.text
+
+
+# --- finding 14: choices beyond what was asked ------------------------------------------------
+
+
+def _many_choices_stream(count: int) -> bytes:
+    delta = {"role": "assistant", "content": "c"}
+    events = [
+        _event(
+            {
+                "id": "chatcmpl-many",
+                "choices": [{"index": i, "delta": delta, "finish_reason": "stop"}],
+            }
+        )
+        for i in range(count)
+    ]
+    return _sse_answer([*events, b"data: [DONE]\n\n"])
+
+
+async def _many_choices(request: bytes, writer: asyncio.StreamWriter) -> None:
+    if orjson.loads(request.partition(b"\r\n\r\n")[2]).get("stream"):
+        writer.write(_many_choices_stream(5000))
+        return
+    answer = orjson.loads(_next_answer().partition(b"\r\n\r\n")[2])
+    choice = answer["choices"][0]
+    answer["choices"] = [{**choice, "index": i} for i in range(5000)]
+    writer.write(_json(200, answer))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("n", "relayed"), [(1, 1), (2, 2), (None, 128)])
+async def test_choices_beyond_what_was_asked_are_dropped(
+    servers: Servers, stream: bool, n: int | None, relayed: int
+) -> None:
+    upstream = HostileUpstream({"many": _many_choices})
+    loop = servers.loop.loop
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.start(), loop))
+    try:
+        url, _ = servers.start_proxy(
+            {"many": {"provider": "many", "model": "up"}},
+            providers={"many": {"base_url": upstream.url("many")}},
+        )
+        body: dict[str, Any] = {"model": "many", "messages": CHAT, "stream": stream}
+        if n is not None:
+            body["n"] = n
+        status, _, raw = await _post(url, body)
+        assert status == 200, raw[:300]
+        if stream:
+            frames = parse_frames(raw)
+            assert frames[-1] == "[DONE]"
+            indices = {c["index"] for f in frames[:-1] for c in f["choices"]}
+        else:
+            indices = {c["index"] for c in orjson.loads(raw)["choices"]}
+        assert indices == set(range(relayed))
+    finally:
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.stop(), loop))

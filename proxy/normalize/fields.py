@@ -52,6 +52,7 @@ class RequestContext:
     n: int  # choices the client asked for; with 1, any upstream choice index means choice 0
     # Takes every configured secret out of an upstream's error text.
     redact: Redactor | None
+    choices: int  # the most choices relayed (0: no bound); those past it are dropped
     # The messages or prompt: measured (usage.prompt_chars) only for an estimate, when the
     # upstream counts nothing. Out of repr (a logged context must not carry the conversation)
     # and of eq (the size is all that matters, and comparing conversations would cost).
@@ -70,6 +71,7 @@ class RequestContext:
         n: int = 1,
         prompt: builtins.object = None,
         redact: Redactor | None = None,
+        choices: int = 0,
     ) -> None:
         self.endpoint = endpoint
         self.model = model
@@ -81,6 +83,7 @@ class RequestContext:
         self.n = n
         self.prompt = prompt
         self.redact = redact
+        self.choices = choices
 
 
 def make_id(endpoint: Endpoint) -> str:

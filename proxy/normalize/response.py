@@ -180,6 +180,9 @@ class _Builder:
             if not isinstance(index, int) or isinstance(index, bool) or index < 0:
                 index = position
                 self.fixes.add(FIX_ENVELOPE)
+            if ctx.choices and len(out_choices) >= ctx.choices:
+                self.fixes.add(FIX_EXTRAS)  # a choice beyond what was asked
+                continue
             choice = self._chat_choice(raw, usage) if chat else self._completion_choice(raw, usage)
             choice["index"] = index
             out_choices.append(choice)

@@ -213,8 +213,12 @@ class StreamNormalizer:
         choices = payload.get("choices")
         out: list[dict[str, Any]] = []
         if isinstance(choices, list):
+            limit = self.ctx.choices
             for raw in choices:
                 if isinstance(raw, dict):
+                    if limit and self._index(raw) >= limit:
+                        self.fixes.add(FIX_EXTRAS)  # a choice beyond what was asked
+                        continue
                     try:
                         choice = (
                             self._chat_choice(raw) if self._chat else self._completion_choice(raw)
