@@ -170,7 +170,7 @@ class _Builder:
             self.fixes.add(FIX_USAGE)
 
         chat = ctx.endpoint == "chat"
-        out_choices = []
+        out_choices: list[dict[str, Any]] = []
         for position, raw in enumerate(choices):
             if not isinstance(raw, dict):
                 raise UpstreamProtocolError(
