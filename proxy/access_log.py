@@ -8,7 +8,7 @@ tokens are those the metrics count (``proxy.metering.metered_usage``), null when
 metered. No key, prompt, completion or header is ever written: the ``Exchange`` holds none.
 
 The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
-worker's ``Outlet``, without ``logging``, which cost about 9 us and one write(2) per line.
+worker's ``Outlet``, without ``logging``, which cost measurably more and a write(2) per line.
 Requests are reported every few milliseconds (``proxy.batch.REPORT_DELAY``), and the lines of
 one event-loop turn go to the outlet together, which writes them in writes of at most
 ``PIPE_BUF`` bytes cut at line ends, and never waits for a reader that has stalled.

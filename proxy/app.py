@@ -4,7 +4,7 @@ aiohttp's low-level server calls ``Gateway.handle`` for every request. It picks 
 path and method itself, gives each API request its Exchange, and is the one place that turns
 an exception into an HTTP answer (CANONICAL.md section 4). There is no ``web.Application`` in
 the way: its router, middleware chain, ``Request`` objects and response-prepare signal cost
-about a tenth of the floor's throughput (bench/floor.py served both ways), for five fixed paths.
+a measurable share of throughput (docs/performance.md), for five fixed paths.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def _request_id(request: web.BaseRequest, runtime: Runtime) -> str:
     if given is not None and _REQUEST_ID.match(given):
         return given
     # Unique, not secret: the runtime's PRNG spares a getrandom() system call per request.
-    return runtime.rng.getrandbits(128).to_bytes(16).hex()  # 0.15 us; f"{:032x}" 0.34
+    return runtime.rng.getrandbits(128).to_bytes(16).hex()  # quicker than f"{:032x}"
 
 
 class Gateway:

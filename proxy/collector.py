@@ -5,22 +5,21 @@ last one. A gateway's objects mostly die by reference count, and that rule misju
 request, stream and connection is a few hundred tracked objects that live as long as it does,
 long enough to be walked by a young collection and promoted, and freeing them lowers the count
 that starts the next one. So the young generation grows well past its threshold, and the middle
-generation fills with the live requests: at 1,000 slow streams, the workers' collections of the
-middle generation took 10 to 17 ms each, two or three times per worker in a 10 s run, and found
-nothing. A request or first event that arrived meanwhile waited for them: time to first token
-at p99 went from 71.5 to 66.8 ms with this collector (``bench/ab.py``, 9 rounds), about as much
-as with no collector at all (0.938x, 7 rounds).
+generation fills with the live requests: under many slow streams, the workers' collections of
+the middle generation took milliseconds each and found nothing. A request or first event that
+arrived meanwhile waited for them: this collector lowers time to first token at p99 about as
+much as no collector at all would (docs/performance.md).
 
 Instead, every ``interval`` the loop collects the young and middle generations at once
-(``gc.collect(1)``): what was made since the last tick and still lives, about 0.5 to 1 ms at that
-load, and the survivors go to the oldest generation, where they die by reference count. The
+(``gc.collect(1)``): what was made since the last tick and still lives, a short pause, and the
+survivors go to the oldest generation, where they die by reference count. The
 oldest generation is collected in full when the worker's peak resident memory has grown by
 ``growth`` since the last full collection (cyclic garbage left there takes memory), and at least
 every ``full_every`` seconds (it may hold sockets or files rather than memory).
 
 Memory also grows with the load, and a full collection then finds nothing and takes longest: a
-worker ramping up to 500 slow streams (from 40 to 61 MB) ran three, of 5, 16 and 36 ms, when a
-full collection followed every tenth of growth. So it takes a doubling: cyclic garbage can take
+worker ramping up to hundreds of slow streams ran several, ever longer, when a full collection
+followed every tenth of growth. So it takes a doubling: cyclic garbage can take
 as much memory as the peak before it is collected, or a minute's worth.
 
 The gc module's switch is the process's, so the collector disables CPython's automatic

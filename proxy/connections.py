@@ -3,10 +3,10 @@ kept here between requests.
 
 aiohttp's connector takes back every connection whose answer has ended and hands it out again
 on the next ``connect``: two coroutines, a new ``Connection``, a set and a deque each way, all
-of it interpreted. Under load (plain-64, `py-spy record --native` on a worker) that was about
-4 % of a worker's samples. Here a connection stays acquired from the connector for its whole
-life: an answer that ends cleanly puts it on its place's ``Shelf`` and the next request to the
-same place takes it back, in a few compiled steps (docs/performance.md says what it buys).
+of it interpreted, a measurable share of a worker's time under load. Here a connection stays
+acquired from the connector for its whole life: an answer that ends cleanly puts it on its
+place's ``Shelf`` and the next request to the same place takes it back, in a few compiled steps
+(docs/performance.md says what it buys).
 
 What the connector did for its idle connections, this does too:
 

@@ -1,11 +1,11 @@
 """``Deadline``: one attempt's timeout, moved as the attempt goes, without a timer per move.
 
-``asyncio.timeout`` creates and cancels a loop timer per use and per ``reschedule``: per relayed
-event that was about a tenth of a worker's time relaying 1,000 slow streams (py-spy), and two
-timers per non-streamed request. Here moving the deadline is an attribute store; the one armed
-timer, when it fires early, re-arms itself at the current deadline, and only an expired deadline
-cancels the task. An attempt makes one ``Deadline`` and moves it from its first-byte limit to
-its idle and total limits (``proxy.completion``, ``proxy.relay``).
+``asyncio.timeout`` creates and cancels a loop timer per use and per ``reschedule``: one per
+relayed event, a large share of a worker's time under many slow streams (docs/performance.md),
+and two timers per non-streamed request. Here moving the deadline is an attribute store; the
+one armed timer, when it fires early, re-arms itself at the current deadline, and only an
+expired deadline cancels the task. An attempt makes one ``Deadline`` and moves it from its
+first-byte limit to its idle and total limits (``proxy.completion``, ``proxy.relay``).
 
 Most deadlines are closed within milliseconds (a non-streamed answer comes back), so a deadline
 gets a loop timer of its own only once it has been open for a tick (``Deadlines``): until then
@@ -24,8 +24,8 @@ import math
 from typing import Final
 
 # How long a deadline waits for a timer of its own. Under load a tick sees many requests begin
-# and end: a uvloop timer made and cancelled per request cost about 1.6 % of a worker's time at
-# plain-64 (perf), one per tick costs nothing to speak of.
+# and end: a uvloop timer made and cancelled per request cost a measurable share of a worker's
+# time (docs/performance.md), one per tick costs nothing to speak of.
 TICK: Final = 0.01
 
 
@@ -37,7 +37,7 @@ class Deadlines:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         # The loop, for the request path to use rather than asyncio.get_running_loop(): on
         # Python 3.11 every get_running_loop() (and current_task() without a loop) is a getpid()
-        # system call, four of them per request (strace; py-spy: 3.5 % of a worker at plain-64).
+        # system call, several of them per request (docs/performance.md).
         self.loop = loop
         self._waiting: list[Deadline] = []
         self._handle: asyncio.TimerHandle | None = None

@@ -19,8 +19,8 @@ PATH_MAX = 256
 
 
 # init=False and an __init__ of its own: compiled (setup.py), a dataclass's generated __init__
-# stays interpreted, 0.58-0.77 µs a call against 0.15-0.19 for this one (timeit, two sessions),
-# and every request makes one. The fields' defaults are the __init__'s, stated there only.
+# stays interpreted, several times slower than this one, and every request makes one. The
+# fields' defaults are the __init__'s, stated there only.
 @dataclass(slots=True, init=False)
 class Exchange:
     """One API request as metering sees it. Its times are ``time.perf_counter()`` values, never

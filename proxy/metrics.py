@@ -91,10 +91,10 @@ _GC_BOUNDS: Final = _upper_bounds(GC_BUCKETS)
 _CIRCUIT_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
 # How long increments are held before they are written. A flush costs a locked write per series
-# it touches, however many requests touched it: at 5 ms (proxy.batch.REPORT_DELAY) that was 3 %
-# of a worker's time at plain-64 (py-spy), for figures no scrape reads that soon. A scrape on the
-# main listener writes out its worker's first; the other workers' are at most this late (after
-# the REPORT_DELAY before they are told).
+# it touches, however many requests touched it: flushed at each proxy.batch.REPORT_DELAY, that
+# took a measurable share of a worker's time (docs/performance.md), for figures no scrape reads
+# that soon. A scrape on the main listener writes out its worker's first; the other workers' are at
+# most this late (after the REPORT_DELAY before they are told).
 FLUSH_DELAY: Final = 0.05
 
 M = TypeVar("M", bound=MetricWrapperBase)
@@ -308,9 +308,9 @@ class ProxyMetrics(Observer):
         self._streaming: dict[int, Gauge] = {}
         # Counter increments, histogram observations and gauge moves, by child, held for
         # FLUSH_DELAY and written together: with several workers each write goes to a
-        # memory-mapped file under a lock, which made metrics about half the cost of a request's
-        # observers (bench/metering.py). A request that starts and ends within the delay moves
-        # no gauge at all.
+        # memory-mapped file under a lock, which made metrics a large share of the cost of a
+        # request's observers (docs/performance.md). A request that starts and ends within the
+        # delay moves no gauge at all.
         self._counts: dict[Counter, float] = {}
         self._moves: dict[Gauge, float] = {}
         self._tallies: dict[Histogram, _Tally] = {}

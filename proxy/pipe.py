@@ -2,9 +2,8 @@
 
 Relaying a stream in its handler's task costs, for every read, a future for aiohttp's reader to
 complete, the task woken to resume the coroutines waiting on it, and the coroutines of aiohttp's
-``write``. Relaying 1,000 slow streams (bench/run.py's slow-1000: a read and a write per event,
-4,000 streams of 53 events), the workers took 7.6 and 7.7 s of CPU with pipes against 9.7 and
-10.7 s in their tasks, about 36 µs per event against 48.
+``write``. Relayed by pipes, an event of a slow stream takes measurably less CPU
+(docs/performance.md).
 
 A pipe stands in for the future aiohttp's ``StreamReader`` completes when data arrives (its
 ``_waiter``): ``feed_data``, ``feed_eof`` and ``set_exception`` call its ``set_result`` or
@@ -63,9 +62,8 @@ HELD_MAX: Final = 128 * 1024
 # How many reads a pipe checks for one that ends where a chunk ends before it leaves the body
 # to aiohttp's reader (each is taken apart twice meanwhile); the first usually does.
 TAKE_TRIES: Final = 8
-# How many pipes a callback of Relays steps: a step is 15-30 µs, so a request waits about a
-# tenth of a millisecond for the pipes stepped ahead of it. bench/ab.py, slow-1000, 7 rounds of
-# 10 s: 4 against 8, TTFT p99 0.949x.
+# How many pipes a callback of Relays steps: few, so that a request waits little for the pipes
+# stepped ahead of it; four rather than eight lowered time to first token (docs/performance.md).
 STEPS: Final = 4
 
 
@@ -98,9 +96,8 @@ class Relays:
 
     The slow streams' events come in bursts (streams fall into step with their upstream's
     timer): a step per callback, as they came, and a request that arrived in the middle of a
-    burst of 100 events waited for all of them before its handler began, and its time to first
-    token with it. bench/ab.py, slow-1000, 7 rounds of 10 s each: eight at a time against one
-    callback each, TTFT p99 0.941x and 0.967x in two runs; four against eight, 0.949x (STEPS).
+    burst waited for all of it before its handler began, and its time to first token with it.
+    A few steps per callback measurably lowered that time (docs/performance.md; ``STEPS``).
     """
 
     __slots__ = ("_loop", "_queued", "_ready")
@@ -146,9 +143,8 @@ class Pipe:
     parser, which ends the message as it would have (the reader's end, which wakes the pipe,
     and the connection back to the pool, once the pipe has let go). The pipe stays the
     reader's waiter whenever it waits, so that a connection lost or a parser's error reaches it.
-    bench/ab.py e4564b2, slow-1000, CPU per stream: 0.966x, 0.965x and 0.987x (9 rounds of 10 s
-    each), 0.988x (7 rounds); a read of one event, in a loop: 0.9 µs in the decoder against 1.5
-    in aiohttp's parser and reader.
+    A read costs less in the decoder than in aiohttp's parser and reader, and a stream
+    measurably less CPU (docs/performance.md).
     """
 
     __slots__ = (
@@ -262,7 +258,7 @@ class Pipe:
 
     # A bound method made per read, not kept: kept, it would tie the pipe into a reference
     # cycle, and a pipe outlives its stream's young collections, so what it holds (the reader,
-    # the normalizer) stayed until a full collection (slow-1000: 76 MB per worker against 61).
+    # the normalizer) stayed until a full collection, and a worker's memory grew with it.
     # For the same reason the connection lets go of its sink when the stream is over.
 
     def set_result(self, result: None) -> None:

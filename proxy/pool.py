@@ -50,7 +50,7 @@ class UpstreamProtocol(ResponseHandler):
     pause left over) and resumes the transport: once per event of a stream. Only a pause
     (``pause_reading``, which sets ``_reading_paused`` and pauses the parser) leaves anything
     over, and only its resume clears the flag, so an unpaused protocol has nothing to do.
-    bench/ab.py, CPU per stream: slow-1000 0.929x (9 rounds of 10 s), stream-16 0.968x.
+    Skipping that resume makes every stream measurably cheaper in CPU (docs/performance.md).
 
     While ``sink`` is set, every read goes to it, not to the parser: ``proxy.pipe`` takes a
     started stream's body that way, and gives the parser back what it must see (``parse``).
@@ -122,9 +122,8 @@ class _Connector(aiohttp.TCPConnector):
         """A plain TCP connection to the one address a host has, opened by the loop itself.
 
         aiohttp opens every connection through aiohappyeyeballs, which makes the socket in
-        Python (a ``socket.socket`` and its enum conversions) before the loop connects it: one
-        new connection cost 199 µs of CPU against 148 this way (500 at once to nginx, medians
-        of 8 rounds).
+        Python (a ``socket.socket`` and its enum conversions) before the loop connects it: a
+        new connection takes measurably more CPU that way than this one (docs/performance.md).
         That is a burst's price after a quiet spell has emptied the pool, paid by a provider
         on a plain-HTTP address of its own (vLLM, llama.cpp, Ollama beside the proxy). Several
         addresses still race as aiohttp races them, and TLS, a local address or a socket

@@ -276,8 +276,8 @@ class _EventStream(web.StreamResponse):
     always followed at once by the first event's write (nothing is awaited in between but
     ``prepare`` itself), so the client's first byte comes no later. Should aiohttp rename the flag,
     the headers go out alone again, as they did before (tests/test_event_stream.py fails then).
-    Measured with bench/ab.py, 5 rounds: stream-16 1.029x; slow-1000's TTFT p99 198 → 174 ms
-    (noisy: 4 rounds of 5 lower).
+    A system call less per stream: a small measured gain in stream throughput and first-event
+    latency.
     """
 
     _send_headers_immediately = False

@@ -250,8 +250,7 @@ async def serve_worker(
         await site.start()
         log.info("worker %d listening on http://%s:%d", os.getpid(), listen.host, listen.port)
         # What is loaded by now (modules, configuration, the app) lives as long as the process:
-        # frozen, a full collection no longer walks it. Measured on 1,000 slow streams: full
-        # collections' pauses went from 21-64 ms to 11-36 ms.
+        # frozen, a full collection no longer walks it, and pauses about half as long.
         gc.collect()
         gc.freeze()
         loop = asyncio.get_running_loop()
@@ -436,7 +435,7 @@ def _supervise(listen: Listen) -> int:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     # Its lines (a worker died) through an outlet that never waits: waiting on a stderr nobody
     # reads, the supervisor started no worker in place of a dead one (it says so first), and did
-    # not exit on SIGTERM (tests/test_outlet.py; a lab: not 15 s after).
+    # not exit on SIGTERM (tests/test_outlet.py).
     try:
         with _logging_to(Outlet(2, patient=False), None):
             return _run_workers(listen, context, metrics_dir)
@@ -448,7 +447,7 @@ def _supervise(listen: Listen) -> int:
 # each time it happens again, up to RESTART_DELAY_MAX; one that ran longer, at once. Restarted
 # every 0.2 s, a worker that could not start (its packages broken, its configuration file broken
 # since the others read it) took the supervisor and the kernel most of a core for as long as
-# nobody noticed (a lab left running: an hour).
+# nobody noticed.
 STABLE_SECONDS: Final = 10.0
 RESTART_DELAY_MIN: Final = 0.5
 RESTART_DELAY_MAX: Final = 30.0

@@ -9,9 +9,8 @@ between requests by ``proxy.connections``, and come back through aiohttp's respo
 (its C parser, chunked and compressed bodies, flow control), without ``ClientSession`` in
 between: every request to one endpoint of one provider is the same bytes but for its body and
 length, so those are made once per configuration (``Destination``).
-Measured (bench/client.py, one request at a time to nginx): 86.9 µs of CPU per request against
-145.6 µs through ``ClientSession.post``; at 64 connections the proxy served 1.21x the requests
-(bench/ab.py). tests/test_upstream_wire.py holds it to what ClientSession did on the wire.
+That takes measurably less CPU per request than ``ClientSession.post`` (docs/performance.md).
+tests/test_upstream_wire.py holds it to what ClientSession did on the wire.
 """
 
 from __future__ import annotations
@@ -343,7 +342,7 @@ class UpstreamClient:
                     # A pooled one keeps the parser of its last answer, which ended cleanly (a
                     # connection goes back to the pool only once its answer's body was read to
                     # its end) and is ready for the next; aiohttp's ClientSession makes a new
-                    # one per request, about 1.8 % of a worker's time at plain-64 (perf).
+                    # one per request, a measurable cost (docs/performance.md).
                     protocol.set_response_params(read_until_eof=True)
                 length = b"Content-Length: %d\r\n\r\n" % len(body)
                 if len(body) <= _COALESCE:

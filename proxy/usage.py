@@ -181,7 +181,7 @@ def prompt_chars(value: object) -> int:
     """Characters of text in messages or a prompt, however deeply the parts nest.
 
     Counted only when an estimate is made (an upstream that reports no usage), not for every
-    request: the walk takes about 30 µs on a 40-message conversation.
+    request: walking every part of a long conversation is not free.
     """
     if isinstance(value, str):
         return len(value)

@@ -34,12 +34,12 @@ class RequestContext:
 
     Not frozen, like the other objects made for every request (``ClientRequest``, ``Attempt``,
     ``Answer``, ``Normalized``, ``Usage``, ``proxy.exchange.Exchange``): a frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__``, and with nine fields that took
-    1.06 µs against 0.21 µs (timeit). Nothing changes them once made.
+    ``__init__`` sets each field through ``object.__setattr__``, several times slower than a
+    plain store. Nothing changes them once made.
 
     With an ``__init__`` of its own (``init=False``), as those others have: compiled
-    (setup.py), the one the dataclass would generate stays interpreted, 0.58-0.77 µs a call
-    against 0.15-0.19 µs (``Exchange``, timeit). The defaults are the ``__init__``'s.
+    (setup.py), the one the dataclass would generate stays interpreted, several times slower
+    (docs/performance.md). The defaults are the ``__init__``'s.
     """
 
     endpoint: Endpoint
