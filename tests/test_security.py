@@ -10,20 +10,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
 import aiohttp
 import orjson
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
+from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers, free_port
 from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, text_event
 from tests.replay import MADE_ID, parse_frames
 from tests.schema import validate
@@ -921,3 +926,70 @@ async def test_choices_beyond_what_was_asked_are_dropped(
         assert indices == set(range(relayed))
     finally:
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.stop(), loop))
+
+
+# --- the same through a real server of two workers: its stderr too ---------------------------
+
+
+def test_no_credential_in_two_workers_answers_stderr_or_metrics(
+    echoing: tuple[HostileUpstream, str], tmp_path: Path
+) -> None:
+    upstream, _ = echoing
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "workers": 2},
+        "metrics": {"token": "metrics-token-0005"},
+        "routing": {"attempts": 2, "backoff": {"base": 0.01, "max": 0.02}},
+        "providers": {
+            name: {
+                "base_url": upstream.url(name),
+                "api_key": API_KEY,
+                "headers": {"x-goog-api-key": GOOG_KEY, "X-Gateway-Token": GATEWAY_TOKEN},
+                "query": {"key": QUERY_KEY},
+            }
+            for name in SCRIPTS
+        },
+        "models": {name: {"provider": name, "model": "up"} for name in SCRIPTS},
+        "teams": {"research": {"keys": [TEAM_KEY], "models": ["*"]}},
+    }
+    path = tmp_path / "proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    log = tmp_path / "stderr.log"
+    root = Path(__file__).resolve().parent.parent
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--config", str(path)],
+            cwd=root, stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while log.read_text().count(" listening on ") < 2:
+            assert time.monotonic() < deadline and process.poll() is None, log.read_text()
+            time.sleep(0.1)
+        received = []
+        for script in sorted(SCRIPTS) * 2:  # twice: each worker is likely to take some
+            for stream in (False, True):
+                body = orjson.dumps({"model": script, "messages": CHAT, "stream": stream})
+                request = urllib.request.Request(
+                    base + "/v1/chat/completions", data=body, method="POST",
+                    headers={**AUTH, "Content-Type": "application/json"},
+                )  # fmt: skip
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        received.append(response.read().decode())
+                except urllib.error.HTTPError as error:
+                    received.append(error.read().decode())
+        metrics = urllib.request.Request(
+            base + "/metrics", headers={"Authorization": "Bearer metrics-token-0005"}
+        )
+        with urllib.request.urlopen(metrics, timeout=10) as response:
+            received.append(response.read().decode())
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(20)
+    assert all("***" in text for text in received[:-1])
+    for text in [*received, log.read_text()]:
+        assert_no_secret(text)
+        assert "metrics-token-0005" not in text
+    assert "Traceback" not in log.read_text()
