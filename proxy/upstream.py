@@ -323,7 +323,9 @@ class UpstreamClient:
         # context manager and a level of coroutine (paid again when the answer resumes it) cost
         # microseconds per request.
         connections = self.connections
-        response: UpstreamResponse | None = None
+        # Whether the slot went to a response (which gives it back); a flag rather than a test
+        # of the response for None, which compiled code narrows away across the finally.
+        handed = False
         try:
             shelf = destination.shelf(connections)
             connection = shelf.take()
@@ -367,6 +369,7 @@ class UpstreamClient:
                     content,
                     target.slots,
                 )
+                handed = True
             except BaseException:
                 # Cancelled or failed half way: nothing else may use it.
                 connections.discard(connection)
@@ -374,7 +377,7 @@ class UpstreamClient:
         except TRANSPORT_ERRORS as exc:
             raise upstream_error_for(exc, "connect") from exc
         finally:
-            if response is None:
+            if not handed:
                 target.slots.release()
         if response.status != 200:
             try:
