@@ -268,13 +268,15 @@ async def serve_worker(
             loop.add_signal_handler(signum, stop.set)
         loop.add_signal_handler(signal.SIGHUP, reload_config, state, listen.config_path)
         # Blocked by the supervisor from before this process began (its default action ends
-        # a process): a SIGHUP sent meanwhile is pending, and reloads now.
+        # a process): a SIGHUP sent meanwhile is pending, and reloads once unblocked.
+        pending = signal.SIGHUP in signal.sigpending()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
         if parent is not None:
             orphaned = asyncio.create_task(_orphaned(parent, stop))
             stack.callback(orphaned.cancel)
-        if _signature(listen.config_path) != loaded:
-            # Changed while this worker started: a SIGHUP sent then found no handler.
+        if not pending and _signature(listen.config_path) != loaded:
+            # Changed while this worker started, and no SIGHUP says so (or one found no
+            # handler, as a single worker ignores it until here): reload once.
             reload_config(state, listen.config_path)
         if listen.watch is not None:
             watcher = asyncio.create_task(_watch(state, listen.config_path, listen.watch))

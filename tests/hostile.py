@@ -17,8 +17,11 @@ import orjson
 
 Script = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool | None]]
 
+# With Connection: close, as an honest server says when it closes after one answer (a proxy
+# that took the connection back for another request would race the close).
 EVENT_STREAM_HEAD = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    b"Connection: close\r\n\r\n"
 )
 
 
