@@ -104,7 +104,8 @@ def main() -> int:
         )
         try:
             wait_http(f"http://127.0.0.1:{port}/healthz", nginx, 10)
-            provider = Provider("p", "openai", f"http://127.0.0.1:{port}/plain/v1", api_key="sk-up")
+            base = f"http://127.0.0.1:{port}/plain/v1"
+            provider = Provider("p", "openai", base, api_key="sk-upstream-bench")
             target = target_for(provider)
             session: list[float] = []
             ours: list[float] = []

@@ -99,7 +99,7 @@ def start_ours(
         "access_log: true",
         "providers:",
         *(
-            f"  {k}: {{base_url: '{upstream_base(nginx_port, k)}', api_key: sk-up}}"
+            f"  {k}: {{base_url: '{upstream_base(nginx_port, k)}', api_key: sk-upstream-bench}}"
             for k in KINDS
         ),
         "models:",
@@ -179,7 +179,7 @@ def start_litellm(nginx_port: int, workers: int, out: Path, venv: Path) -> Gatew
     models = "\n".join(
         f"  - model_name: bench-{k}\n"
         f"    litellm_params: {{model: openai/bench, api_base: '{upstream_base(nginx_port, k)}',"
-        " api_key: sk-up}"
+        " api_key: sk-upstream-bench}"
         for k in KINDS
     )
     config.write_text(f"model_list:\n{models}\ngeneral_settings:\n  master_key: {KEY}\n")

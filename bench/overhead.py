@@ -84,7 +84,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yaml"
         config.write_text(
-            f"providers: {{emu: {{base_url: 'http://127.0.0.1:{emulator_port}/v1', api_key: x}}}}\n"
+            f"providers: {{emu: {{base_url: 'http://127.0.0.1:{emulator_port}/v1',"
+            " api_key: sk-emulated-bench}}\n"
             "models: {gpt-4o: {provider: emu, model: openai}}\n"
             f"teams: {{bench: {{keys: [{KEY}], models: ['*']}}}}\n"
             f"access_log: {os.environ.get('BENCH_ACCESS_LOG', 'true')}\n"
