@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -83,8 +82,10 @@ def _optional_int(body: dict[str, Any], param: str, minimum: int) -> int | None:
 
 # Nineteen digits in a row: perhaps an integer beyond 64 bits (below -2**63 or from 2**64 on),
 # which orjson reads as a float and would send upstream so; only then is the body read once
-# more, to tell (``_check_integers``).
-_LONG_DIGITS: Final = re.compile(rb"\d{19}")
+# more, to tell (``_check_integers``). Found by two passes in C (every digit made a 9, then a
+# search), many times quicker than a regular expression tried at every byte.
+_DIGITS_AS_NINES: Final = bytes(0x39 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_DIGITS: Final = b"9" * 19
 _INT_RANGE: Final = range(-(2**63), 2**64)
 # The most chat choices relayed to a client that did not set n.
 CHOICES_MAX: Final = 128
@@ -119,7 +120,7 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
         ) from exc
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
-    if _LONG_DIGITS.search(raw) is not None:
+    if _LONG_DIGITS in raw.translate(_DIGITS_AS_NINES):
         _check_integers(raw)
 
     model = body.get("model")
