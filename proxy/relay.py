@@ -535,9 +535,10 @@ def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
 async def _stream_as_whole(answer: Answer, exchange: Exchange) -> JsonReply:
     """A whole answer was asked for but the upstream streamed: collect the stream, then answer.
 
-    Bounded as a stream is: the first read by the first-byte limit, each later one by the idle
-    limit, all of it by the total and by the size limit of a whole answer. A timeout once text
-    has come is final (``midway``): another attempt would start the generation over."""
+    Bounded as a stream is: by the first-byte limit until its first frame, then by the idle
+    limit between reads, all of it by the total and by the size limit of a whole answer. A
+    timeout once text has come is final (``midway``): another attempt would start the
+    generation over."""
     normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
     decoder = SSEDecoder()
     frames: list[bytes] = []
