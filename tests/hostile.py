@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 import orjson
+
+from proxy.app import Gateway
+from tests.harness import Servers
 
 Script = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool | None]]
 
@@ -101,3 +106,26 @@ class HostileUpstream:
             self._tasks.discard(task)
             self._live.discard(writer)
             writer.close()
+
+
+@contextmanager
+def proxied(
+    servers: Servers,
+    scripts: Mapping[str, Script],
+    *,
+    provider: Mapping[str, Any] | None = None,
+    metrics: bool = False,
+    **extra: Any,
+) -> Iterator[tuple[HostileUpstream, str, Gateway]]:
+    """A hostile upstream serving ``scripts`` on the servers' loop, and a proxy in front of it
+    with one provider and one model per script, each named after it (``provider``: the
+    providers' other settings; ``extra``: the configuration's other sections)."""
+    upstream = HostileUpstream(scripts)
+    servers.loop.call(upstream.start)
+    try:
+        providers = {name: {"base_url": upstream.url(name), **(provider or {})} for name in scripts}
+        models = {name: {"provider": name, "model": "up"} for name in scripts}
+        url, _, gateway = servers.start_app(models, metrics=metrics, providers=providers, **extra)
+        yield upstream, url, gateway
+    finally:
+        servers.loop.call(upstream.stop)

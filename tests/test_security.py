@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers, free_port
-from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, text_event
+from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, proxied, text_event
 from tests.replay import MADE_ID, parse_frames
 from tests.schema import validate
 
@@ -131,26 +131,18 @@ SCRIPTS = {
 
 @pytest.fixture(scope="module")
 def echoing(servers: Servers) -> Iterator[tuple[HostileUpstream, str]]:
-    upstream = HostileUpstream(SCRIPTS)
-    servers.loop.call(upstream.start)
-    providers = {
-        name: {
-            "base_url": upstream.url(name),
+    with proxied(
+        servers,
+        SCRIPTS,
+        provider={
             "api_key": API_KEY,
             "headers": {"x-goog-api-key": GOOG_KEY, "X-Gateway-Token": GATEWAY_TOKEN},
             "query": {"key": QUERY_KEY, "api-version": "preview"},
-        }
-        for name in SCRIPTS
-    }
-    models = {name: {"provider": name, "model": "up"} for name in SCRIPTS}
-    url, _, _ = servers.start_app(
-        models,
+        },
         metrics=True,
-        providers=providers,
         routing={"attempts": 2, "backoff": {"base": 0.01, "max": 0.02}},
-    )
-    yield upstream, url
-    servers.loop.call(upstream.stop)
+    ) as (upstream, url, _):
+        yield upstream, url
 
 
 async def _ask(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
@@ -242,13 +234,8 @@ POOLED = {
 
 @pytest.fixture(scope="module")
 def pooled(servers: Servers) -> Iterator[tuple[HostileUpstream, str]]:
-    upstream = HostileUpstream(POOLED)
-    servers.loop.call(upstream.start)
-    providers = {name: {"base_url": upstream.url(name), "api_key": API_KEY} for name in POOLED}
-    models = {name: {"provider": name, "model": "up"} for name in POOLED}
-    url, _ = servers.start_proxy(models, providers=providers)
-    yield upstream, url
-    servers.loop.call(upstream.stop)
+    with proxied(servers, POOLED, provider={"api_key": API_KEY}) as (upstream, url, _):
+        yield upstream, url
 
 
 @pytest.mark.parametrize("script", sorted(POOLED))
@@ -507,13 +494,8 @@ HOSTILE = {
 
 @pytest.fixture(scope="module")
 def hostile(servers: Servers) -> Iterator[tuple[HostileUpstream, str]]:
-    upstream = HostileUpstream(HOSTILE)
-    servers.loop.call(upstream.start)
-    providers = {name: {"base_url": upstream.url(name), "api_key": API_KEY} for name in HOSTILE}
-    models = {name: {"provider": name, "model": "up"} for name in HOSTILE}
-    url, _ = servers.start_proxy(models, providers=providers)
-    yield upstream, url
-    servers.loop.call(upstream.stop)
+    with proxied(servers, HOSTILE, provider={"api_key": API_KEY}) as (upstream, url, _):
+        yield upstream, url
 
 
 async def _post(url: str, body: dict[str, Any] | bytes) -> tuple[int, Any, bytes]:
@@ -717,17 +699,10 @@ FOURTEEN = {
 
 @pytest.fixture(scope="module")
 def fourteen(servers: Servers) -> Iterator[str]:
-    upstream = HostileUpstream(FOURTEEN)
-    servers.loop.call(upstream.start)
     timeouts = {"connect": 2, "first_byte": 0.5, "idle": 1, "total": 8}
-    providers = {
-        name: {"base_url": upstream.url(name), "api_key": API_KEY, "timeouts": timeouts}
-        for name in FOURTEEN
-    }
-    models = {name: {"provider": name, "model": "up"} for name in FOURTEEN}
-    url, _ = servers.start_proxy(models, providers=providers)
-    yield url
-    servers.loop.call(upstream.stop)
+    provider = {"api_key": API_KEY, "timeouts": timeouts}
+    with proxied(servers, FOURTEEN, provider=provider) as (_, url, _gateway):
+        yield url
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -786,19 +761,10 @@ async def _flood_stream(request: bytes, writer: asyncio.StreamWriter) -> None:
 
 
 async def test_a_stream_collected_for_a_whole_answer_is_bounded_in_size(servers: Servers) -> None:
-    upstream = HostileUpstream({"flood": _flood_stream})
-    loop = servers.loop.loop
-    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.start(), loop))
-    try:
-        url, _ = servers.start_proxy(
-            {"flood": {"provider": "flood", "model": "up"}},
-            providers={"flood": {"base_url": upstream.url("flood")}},
-        )
+    with proxied(servers, {"flood": _flood_stream}) as (_, url, _gateway):
         status, _, raw = await _post(url, {"model": "flood", "messages": CHAT})
-        assert status == 502, raw[:300]
-        assert "larger than the limit" in orjson.loads(raw)["error"]["message"]
-    finally:
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.stop(), loop))
+    assert status == 502, raw[:300]
+    assert "larger than the limit" in orjson.loads(raw)["error"]["message"]
 
 
 # --- every client input is answered in section 4's shape, without a traceback ----------------
@@ -909,28 +875,19 @@ async def _many_choices(request: bytes, writer: asyncio.StreamWriter) -> None:
 async def test_choices_beyond_what_was_asked_are_dropped(
     servers: Servers, stream: bool, n: int | None, relayed: int
 ) -> None:
-    upstream = HostileUpstream({"many": _many_choices})
-    loop = servers.loop.loop
-    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.start(), loop))
-    try:
-        url, _ = servers.start_proxy(
-            {"many": {"provider": "many", "model": "up"}},
-            providers={"many": {"base_url": upstream.url("many")}},
-        )
-        body: dict[str, Any] = {"model": "many", "messages": CHAT, "stream": stream}
-        if n is not None:
-            body["n"] = n
+    body: dict[str, Any] = {"model": "many", "messages": CHAT, "stream": stream}
+    if n is not None:
+        body["n"] = n
+    with proxied(servers, {"many": _many_choices}) as (_, url, _gateway):
         status, _, raw = await _post(url, body)
-        assert status == 200, raw[:300]
-        if stream:
-            frames = parse_frames(raw)
-            assert frames[-1] == "[DONE]"
-            indices = {c["index"] for f in frames[:-1] for c in f["choices"]}
-        else:
-            indices = {c["index"] for c in orjson.loads(raw)["choices"]}
-        assert indices == set(range(relayed))
-    finally:
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.stop(), loop))
+    assert status == 200, raw[:300]
+    if stream:
+        frames = parse_frames(raw)
+        assert frames[-1] == "[DONE]"
+        indices = {c["index"] for f in frames[:-1] for c in f["choices"]}
+    else:
+        indices = {c["index"] for c in orjson.loads(raw)["choices"]}
+    assert indices == set(range(relayed))
 
 
 # --- the same through a real server of two workers: its stderr too ---------------------------

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers
-from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, text_event
+from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, proxied, text_event
 from tests.schema import validate
 
 AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
@@ -58,21 +58,14 @@ SCRIPTS = {"stall": _stall, "drip": _drip, "endless": _endless, "silent": _silen
 
 @pytest.fixture(scope="module")
 def hostile(servers: Servers) -> Iterator[tuple[HostileUpstream, str]]:
-    upstream = HostileUpstream(SCRIPTS)
-    servers.loop.call(upstream.start)
-    providers = {
-        name: {"base_url": upstream.url(name), "api_key": UPSTREAM_SECRET, "timeouts": TIMEOUTS}
-        for name in SCRIPTS
-    }
-    models = {name: {"provider": name, "model": "up"} for name in SCRIPTS}
-    url, _, _ = servers.start_app(
-        models,
+    with proxied(
+        servers,
+        SCRIPTS,
+        provider={"api_key": UPSTREAM_SECRET, "timeouts": TIMEOUTS},
         metrics=True,
-        providers=providers,
         routing={"attempts": 3, "backoff": {"base": 0.01, "max": 0.02}},
-    )
-    yield upstream, url
-    servers.loop.call(upstream.stop)
+    ) as (upstream, url, _):
+        yield upstream, url
 
 
 async def _completion_tokens(url: str, model: str) -> float:
