@@ -207,11 +207,18 @@ def _drain(stream: Any, lines: list[str]) -> None:
         lines.append(line)
 
 
-def wait_for(predicate: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
+def wait_for(
+    predicate: Callable[[], bool],
+    what: str,
+    seconds: float = 20.0,
+    said: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``predicate``; on timeout, fail with ``said()`` (what the process wrote) if given."""
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:g} s waiting for {what}")
+            told = f":\n{said()}" if said is not None else ""
+            raise AssertionError(f"timed out after {seconds:g} s waiting for {what}{told}")
         time.sleep(0.05)
 
 
@@ -241,6 +248,10 @@ def serve(config: Path, workers: int, tmpdir: Path) -> Iterator[Served]:
                 or sum(" listening on " in line for line in lines) >= workers
             ),
             "the workers to listen",
+            # Spawned interpreters importing the package: seconds when four test processes
+            # share two cores, and a failure must show what the workers said meanwhile.
+            seconds=60.0,
+            said=lambda: "".join(lines),
         )
         assert process.poll() is None, "".join(lines)
         yield served
