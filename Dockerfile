@@ -8,16 +8,14 @@
 # of your own over /etc/llm-proxy to replace it. LLM_PROXY_WORKERS sets the worker processes.
 # docs/deployment.md has the details.
 
-# Python 3.11: the one CI runs the tests on, compiled and pure, and the one the compiled build
-# is fastest on. On 3.12 and 3.13 (pyenv builds configured alike), the same compiled package took
-# 16-18 % and 22 % more CPU per request at plain-64, and on 3.12 it took 6 % more than its own
-# pure package did (docs/deployment.md, "The compiled build").
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-# The build stage's: the same Python (keep the two in step), with the C compiler and headers that
-# mypyc needs. Nothing of it but the virtualenv reaches the final image.
-ARG BUILD_IMAGE=python:3.11-bookworm
+# Python 3.13: the newest CPython CI (.ci/run) tests the package on, beside 3.11.
+ARG PYTHON_IMAGE=python:3.13-slim-bookworm
+# The build stage's: the same Python and Debian (keep the two in step), with the C compiler and
+# headers for a dependency that has no wheel for the platform. Nothing of it but the virtualenv
+# reaches the final image.
+ARG BUILD_IMAGE=python:3.13-bookworm
 
-# --- build: the project, compiled, and its runtime dependencies, installed into a virtualenv ----
+# --- build: the project and its runtime dependencies, installed into a virtualenv ---------------
 FROM ${BUILD_IMAGE} AS build
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -26,24 +24,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 
 WORKDIR /src
 # A virtualenv without pip: the base image's pip installs into it, so the final image carries
-# the project and what it imports at run time, and no installer. What compiles the package
-# (mypyc comes with mypy, which checks it with the stubs) goes into the build stage's own
-# Python, which stays behind.
-RUN python -m venv --without-pip /opt/llm-proxy \
-    && pip install --no-cache-dir mypy==2.4.1 types-PyYAML==6.0.12.20261122 setuptools==80.9.0
-COPY pyproject.toml setup.py README.md ./
+# the project and what it imports at run time, and no installer.
+RUN python -m venv --without-pip /opt/llm-proxy
+COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 # proxy/demo.yaml is a link to config/demo.yaml: without its target the package would lose it.
 COPY config/demo.yaml ./config/demo.yaml
-# The hot modules compiled by mypyc (setup.py; docs/deployment.md, "The compiled build"). mypyc
-# type-checks them against the runtime dependencies, so those come first and the wheel's build
-# is not isolated. Then the wheel, not editable, so the virtualenv stands alone; pip compiles the
-# bytecode now, because the container's root filesystem is read-only at run time.
-RUN pip install --no-cache-dir . \
-    && LLM_PROXY_COMPILE=1 pip wheel --no-cache-dir --no-build-isolation --no-deps \
-        --wheel-dir /wheels . \
-    && pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile \
-        /wheels/llm_proxy-*.whl
+# Not editable, so the virtualenv stands alone; pip compiles the bytecode now, because the
+# container's root filesystem is read-only at run time.
+RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile .
 
 # --- runtime ------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -1,7 +1,7 @@
 """A/B: what a change bought, measured against its baseline in the same run (not a test).
 
     python bench/ab.py BASE [NEW] [--rounds 5] [--seconds 5] [--workers 2]
-                       [--profiles plain-64,plain-1,stream-16] [--builds compiled]
+                       [--profiles plain-64,plain-1,stream-16]
 
 BASE and NEW are git revisions of this repository (NEW defaults to the working tree as it is,
 uncommitted changes included); each is checked out in a temporary worktree and served by its
@@ -21,10 +21,6 @@ slow-1000 (``--profiles slow-1000``, alone or with the others) opens 1,000 slow 
 on each side in turn, as bench/run.py does; its figure is the time to first token at p99 (lower
 is better). Give it ``--seconds 10`` or more: a slow stream lasts 2.65 s.
 
-Each side is compiled by mypyc (bench/compiled.py), as the Docker image runs it, or pure
-Python: ``--builds compiled`` (the default), ``pure``, or one for each side, ``pure,compiled``
-(``bench/ab.py HEAD HEAD --builds pure,compiled``: what compiling buys).
-
 A full benchmark (bench/run.py) measures where the proxy stands; this measures one change.
 """
 
@@ -40,7 +36,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import canned
-import compiled
 import gateways
 import load
 from gateways import Gateway
@@ -92,18 +87,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=5, help="per profile, per round")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--profiles", default="plain-64,plain-1,stream-16")
-    parser.add_argument(
-        "--builds", default="compiled", help="compiled or pure, for both sides or as A,B"
-    )
     args = parser.parse_args()
-    builds = args.builds.split(",")
-    if len(builds) == 1:
-        builds *= 2
-    if len(builds) != 2 or not set(builds) <= {"compiled", "pure"}:
-        parser.error("--builds: compiled, pure, or two of them (A's,B's)")
-    if "compiled" in builds and (problem := compiled.missing()) is not None:
-        parser.error(problem)
-    args.builds = builds
     known = load.PROFILES
     unknown = [name for name in args.profiles.split(",") if name not in known]
     if unknown:
@@ -125,15 +109,8 @@ def main() -> int:
                 checkout(args.base, tmp / "a") as source_a,
                 checkout(args.new, tmp / "b") as source_b,
             ):
-                for name, source, build in zip("AB", (source_a, source_b), builds, strict=True):
-                    built = build == "compiled"
-                    if built:
-                        source = compiled.build(source, tmp / f"{name}-build")
-                    started.append(
-                        gateways.start_ours(
-                            nginx_port, args.workers, tmp, source, name, compiled=built
-                        )
-                    )
+                for name, source in zip("AB", (source_a, source_b), strict=True):
+                    started.append(gateways.start_ours(nginx_port, args.workers, tmp, source, name))
                 results = run_rounds(started, profiles, args.rounds, args.seconds)
                 for gateway in started:
                     gateway.stop()
@@ -176,11 +153,7 @@ def _last(values: list[tuple[float, float] | None]) -> str:
 
 
 def report(args: argparse.Namespace, profiles: list[load.Profile], results: Results) -> None:
-    print(
-        f"\nA = {args.base} ({args.builds[0]}), B = {args.new or 'working tree'}"
-        f" ({args.builds[1]});"
-        f" medians of {args.rounds} rounds"
-    )
+    print(f"\nA = {args.base}, B = {args.new or 'working tree'}; medians of {args.rounds} rounds")
     print("  (CPU: the workers' and supervisor's CPU time per request or stream, user and system;")
     print("  rounds: the median of each round's own B/A, A and B taken in the same minutes)")
     for profile in profiles:

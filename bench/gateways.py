@@ -85,12 +85,9 @@ def start_ours(
     out: Path,
     source: Path | None = None,
     name: str = "ours",
-    *,
-    compiled: bool = False,
 ) -> Gateway:
     """``llm-proxy serve`` in front of nginx; ``source``: a checkout whose ``proxy`` package
-    to run instead of the installed one (bench/ab.py compares two), ``compiled`` if it was built
-    with mypyc (bench/compiled.py)."""
+    to run instead of the installed one (bench/ab.py compares two)."""
     port = free_port()
     config = out / f"{name}.yaml"
     lines = [
@@ -127,8 +124,7 @@ def start_ours(
         {k: f"bench-{k}" for k in KINDS},
         KEY,
         service.pid,
-        f"llm-proxy, {workers} workers, metrics and access log on,"
-        f" {'compiled by mypyc' if compiled else 'pure Python'}",
+        f"llm-proxy, {workers} workers, metrics and access log on",
     )
 
 

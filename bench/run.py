@@ -46,7 +46,6 @@ from collections import Counter
 from pathlib import Path
 
 import canned
-import compiled
 import gateways
 import hotspots
 import load
@@ -112,11 +111,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the floor as the proxy uses aiohttp (low-level server, no ClientSession)",
     )
-    parser.add_argument(
-        "--pure",
-        action="store_true",
-        help="run ours as pure Python, not compiled by mypyc as the Docker image runs it",
-    )
     parser.add_argument("--peer-venv", type=Path, default=DEFAULT_PEER_VENV)
     parser.add_argument(
         "--profile-py-spy",
@@ -168,8 +162,6 @@ def _missing_tools(args: argparse.Namespace) -> list[str]:
                 break
     if args.profile_py_spy and hotspots.find_py_spy(args.peer_venv) is None:
         problems.append("py-spy is needed for --profile-py-spy: bash bench/setup.sh")
-    if not args.pure and (problem := compiled.missing()) is not None:
-        problems.append(problem)
     return problems
 
 
@@ -214,7 +206,6 @@ class Run:
         self.direct: Gateway | None = None  # nginx itself, once it runs
         self.names: list[str] = []  # the gateways measured, in order
         self.nginx_port = 0
-        self._ours: Path | None = None  # ours' compiled copy, once built
 
     def say(self, text: str = "", keep: bool = True) -> None:
         print(text, flush=True)
@@ -477,21 +468,9 @@ class Run:
                 + "\n    ".join(lines[:15])
             )
 
-    def _ours_source(self) -> Path | None:
-        """Where ours runs from: a compiled copy of this checkout's package (built once), or
-        None for the package as installed (--pure)."""
-        if self.args.pure:
-            return None
-        if self._ours is None:
-            self._ours = compiled.build(ROOT, self.tmp / "ours-build")
-        return self._ours
-
     def start(self, name: str, nginx_port: int) -> Gateway:
         if name == "ours":
-            source = self._ours_source()
-            gateway = gateways.start_ours(
-                nginx_port, self.args.workers, self.tmp, source, compiled=source is not None
-            )
+            gateway = gateways.start_ours(nginx_port, self.args.workers, self.tmp)
         elif name == "floor":
             gateway = gateways.start_floor(
                 nginx_port, self.args.workers, self.tmp, lean=self.args.lean_floor

@@ -90,22 +90,13 @@ def backoff_delay(
     return delay if retry_after is None else max(delay, retry_after)
 
 
-# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
-# RequestContext says why).
-@dataclass(slots=True, init=False)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Attempt:
     index: int  # the deployment's index in model.deployments
     deployment: Deployment
-    number: int  # 1 for the request's first upstream attempt
-    probe: bool  # the half-open trial of the deployment's breaker
-
-    def __init__(
-        self, index: int, deployment: Deployment, number: int = 1, probe: bool = False
-    ) -> None:
-        self.index = index
-        self.deployment = deployment
-        self.number = number
-        self.probe = probe
+    number: int = 1  # 1 for the request's first upstream attempt
+    probe: bool = False  # the half-open trial of the deployment's breaker
 
 
 class AttemptPlan:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.errors import ProxyError
 from proxy.usage import Usage
@@ -13,15 +13,11 @@ UNKNOWN_TEAM = "unknown"
 UNKNOWN_MODEL = "unknown"
 NO_PROVIDER = "none"
 
-_NO_FIXES: frozenset[str] = frozenset()
 # What of a path the access log keeps: enough for any API path, and a bound on a made-up one.
 PATH_MAX = 256
 
 
-# init=False and an __init__ of its own: compiled (setup.py), a dataclass's generated __init__
-# stays interpreted, several times slower than this one, and every request makes one. The
-# fields' defaults are the __init__'s, stated there only.
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class Exchange:
     """One API request as metering sees it. Its times are ``time.perf_counter()`` values, never
     ``loop.time()``: under uvloop that is libuv's clock, in whole milliseconds and fixed for a
@@ -30,54 +26,27 @@ class Exchange:
     request_id: str
     endpoint: str  # "chat", "completions", "models", "other"
     started: float  # when the request arrived
-    path: str  # the request's path, cut at PATH_MAX: for the access log, never a label
-    team: str
-    model: str  # a configured model name, never one a client made up
-    provider: str
-    stream: bool
-    status: int  # the HTTP status sent; 200 for a stream that later ended in an error event
+    team: str = UNKNOWN_TEAM
+    model: str = UNKNOWN_MODEL  # a configured model name, never one a client made up
+    provider: str = NO_PROVIDER
+    path: str = ""  # the request's path, cut at PATH_MAX: for the access log, never a label
+    stream: bool = False
+    status: int = 0  # the HTTP status sent; 200 for a stream that later ended in an error event
     # The kind of upstream failure the request ended with: connect, timeout, status, protocol.
-    upstream_error: str | None
-    failure: ProxyError | None  # what it failed with, before or after its first byte
+    upstream_error: str | None = None
+    failure: ProxyError | None = None  # what it failed with, before or after its first byte
     # (provider, kind) of each failed attempt that was followed by another (fallback or retry)
-    retried: list[tuple[str, str]]
-    usage: Usage | None
-    fixes: frozenset[str]
-    upstream_wait: float  # seconds spent waiting for the upstream
-    client_wait: float  # seconds spent waiting for the client to take what was written
-    first_token_at: float | None  # when the first content byte was sent
-    ended: float
-    client_disconnected: bool
+    retried: list[tuple[str, str]] = field(default_factory=list)
+    usage: Usage | None = None
+    fixes: frozenset[str] = frozenset()
+    upstream_wait: float = 0.0  # seconds spent waiting for the upstream
+    client_wait: float = 0.0  # seconds spent waiting for the client to take what was written
+    first_token_at: float | None = None  # when the first content byte was sent
+    ended: float = 0.0
+    client_disconnected: bool = False
 
-    def __init__(
-        self,
-        request_id: str,
-        endpoint: str,
-        started: float,
-        team: str = UNKNOWN_TEAM,
-        model: str = UNKNOWN_MODEL,
-        provider: str = NO_PROVIDER,
-        path: str = "",
-    ) -> None:
-        self.request_id = request_id
-        self.endpoint = endpoint
-        self.started = started
-        self.path = path[:PATH_MAX]
-        self.team = team
-        self.model = model
-        self.provider = provider
-        self.stream = False
-        self.status = 0
-        self.upstream_error = None
-        self.failure = None
-        self.retried = []
-        self.usage = None
-        self.fixes = _NO_FIXES
-        self.upstream_wait = 0.0
-        self.client_wait = 0.0
-        self.first_token_at = None
-        self.ended = 0.0
-        self.client_disconnected = False
+    def __post_init__(self) -> None:
+        self.path = self.path[:PATH_MAX]
 
     @property
     def error_type(self) -> str | None:

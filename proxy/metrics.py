@@ -52,28 +52,25 @@ from proxy.state import Observer
 # text format (version=1.0.0 in 0.26), which is not what this body is.
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
-# The buckets' type is spelled out: compiled (setup.py), a Final tuple of float literals whose
-# type is inferred is never set, and the first module-level read of it raises NameError.
-
 # A whole request: from a cached answer in milliseconds to a long reasoning stream that hits the
 # default total timeout of 900 s.
-DURATION_BUCKETS: Final[tuple[float, ...]] = (
+DURATION_BUCKETS: Final = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
     120.0, 300.0, 600.0, 900.0,
 )  # fmt: skip
 # First byte of a stream: a few ms from a cache up to a 120 s first-byte timeout.
-TTFT_BUCKETS: Final[tuple[float, ...]] = (
+TTFT_BUCKETS: Final = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
 )  # fmt: skip
 # The proxy's own work per request is tens to hundreds of microseconds; the upper buckets
 # catch a stalled event loop.
-OVERHEAD_BUCKETS: Final[tuple[float, ...]] = (
+OVERHEAD_BUCKETS: Final = (
     0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 )  # fmt: skip
 
 # The cycle collector's pauses: a tick's young collection takes well under a millisecond to a
 # few; a full one, tens of milliseconds with thousands of requests in flight.
-GC_BUCKETS: Final[tuple[float, ...]] = (
+GC_BUCKETS: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 )  # fmt: skip
 

@@ -7,7 +7,6 @@ for usage (section 3), remembering whether the client itself asked.
 
 from __future__ import annotations
 
-import builtins
 import json
 from dataclasses import dataclass
 from typing import Any, Final
@@ -18,9 +17,8 @@ from proxy.errors import InvalidRequest
 from proxy.normalize import Endpoint
 
 
-# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
-# RequestContext says why).
-@dataclass(slots=True, init=False)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class ClientRequest:
     endpoint: Endpoint
     body: dict[str, Any]
@@ -29,34 +27,9 @@ class ClientRequest:
     include_usage: bool  # the client asked for usage in its stream
     max_tokens: int | None
     n: int
+    prompt: object  # the messages or the prompt, measured only for a usage estimate
     # The most chat choices relayed (0: no bound): the n the client set, else CHOICES_MAX.
-    choices: int
-    # The messages or the prompt, measured only for a usage estimate. builtins.object, not a
-    # bare object: compiled (setup.py), a dataclass looks its fields' types up among the
-    # module's names, and a bare builtin is not one of them.
-    prompt: builtins.object
-
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        body: dict[str, Any],
-        model: str,
-        stream: bool,
-        include_usage: bool,
-        max_tokens: int | None,
-        n: int,
-        prompt: builtins.object,
-        choices: int = 0,
-    ) -> None:
-        self.endpoint = endpoint
-        self.body = body
-        self.model = model
-        self.stream = stream
-        self.include_usage = include_usage
-        self.max_tokens = max_tokens
-        self.n = n
-        self.prompt = prompt
-        self.choices = choices
+    choices: int = 0
 
 
 def _wrong_type(param: str, expected: str) -> InvalidRequest:

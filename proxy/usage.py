@@ -30,34 +30,17 @@ _COMPLETION_DETAILS = (
 )
 
 
-# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
-# RequestContext says why).
-@dataclass(slots=True, init=False)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Usage:
     """What one request consumed, as metering sees it."""
 
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    cached_tokens: int
-    reasoning_tokens: int
-    source: Source
-
-    def __init__(
-        self,
-        prompt_tokens: int = 0,
-        completion_tokens: int = 0,
-        total_tokens: int = 0,
-        cached_tokens: int = 0,
-        reasoning_tokens: int = 0,
-        source: Source = "upstream",
-    ) -> None:
-        self.prompt_tokens = prompt_tokens
-        self.completion_tokens = completion_tokens
-        self.total_tokens = total_tokens
-        self.cached_tokens = cached_tokens
-        self.reasoning_tokens = reasoning_tokens
-        self.source = source
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    source: Source = "upstream"
 
     @property
     def is_empty(self) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import math
 import secrets
 import string
@@ -28,7 +27,7 @@ Endpoint = Literal["chat", "completions"]
 _ALNUM = string.ascii_letters + string.digits
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class RequestContext:
     """What the normalizer needs to know of the request it answers.
 
@@ -36,54 +35,23 @@ class RequestContext:
     ``Answer``, ``Normalized``, ``Usage``, ``proxy.exchange.Exchange``): a frozen dataclass's
     ``__init__`` sets each field through ``object.__setattr__``, several times slower than a
     plain store. Nothing changes them once made.
-
-    With an ``__init__`` of its own (``init=False``), as those others have: compiled
-    (setup.py), the one the dataclass would generate stays interpreted, several times slower
-    (docs/performance.md). The defaults are the ``__init__``'s.
     """
 
     endpoint: Endpoint
     model: str  # the model name the client sent: every object carries it
     created: int  # when the request arrived, Unix seconds
-    include_usage: bool  # the client asked stream_options.include_usage
-    max_tokens: int | None  # the request's token limit, to tell "length" from "stop"
-    reasoning: bool  # False: the model's config drops reasoning_content
-    dialect: str
-    n: int  # choices the client asked for; with 1, any upstream choice index means choice 0
-    # Takes every configured secret out of an upstream's error text.
-    redact: Redactor | None
-    choices: int  # the most choices relayed (0: no bound); those past it are dropped
+    include_usage: bool = False  # the client asked stream_options.include_usage
+    max_tokens: int | None = None  # the request's token limit, to tell "length" from "stop"
+    reasoning: bool = True  # False: the model's config drops reasoning_content
+    dialect: str = "openai"
+    n: int = 1  # choices the client asked for; with 1, any upstream choice index means choice 0
     # The messages or prompt: measured (usage.prompt_chars) only for an estimate, when the
     # upstream counts nothing. Out of repr (a logged context must not carry the conversation)
     # and of eq (the size is all that matters, and comparing conversations would cost).
-    # builtins.object: see proxy.request.ClientRequest.prompt.
-    prompt: builtins.object = field(compare=False, repr=False)
-
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        model: str,
-        created: int,
-        include_usage: bool = False,
-        max_tokens: int | None = None,
-        reasoning: bool = True,
-        dialect: str = "openai",
-        n: int = 1,
-        prompt: builtins.object = None,
-        redact: Redactor | None = None,
-        choices: int = 0,
-    ) -> None:
-        self.endpoint = endpoint
-        self.model = model
-        self.created = created
-        self.include_usage = include_usage
-        self.max_tokens = max_tokens
-        self.reasoning = reasoning
-        self.dialect = dialect
-        self.n = n
-        self.prompt = prompt
-        self.redact = redact
-        self.choices = choices
+    prompt: object = field(default=None, compare=False, repr=False)
+    # Takes every configured secret out of an upstream's error text.
+    redact: Redactor | None = None
+    choices: int = 0  # the most choices relayed (0: no bound); those past it are dropped
 
 
 def make_id(endpoint: Endpoint) -> str:

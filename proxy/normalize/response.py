@@ -51,18 +51,12 @@ _ORDINARY_MESSAGE_KEYS = frozenset({"role", "content", "refusal", "annotations"}
 _NO_FIXES: frozenset[str] = frozenset()
 
 
-# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
-# RequestContext says why).
-@dataclass(slots=True, init=False)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Normalized:
     body: bytes
     usage: Usage
     fixes: frozenset[str]
-
-    def __init__(self, body: bytes, usage: Usage, fixes: frozenset[str]) -> None:
-        self.body = body
-        self.usage = usage
-        self.fixes = fixes
 
 
 def normalize_response(raw: bytes, ctx: RequestContext) -> Normalized:

@@ -14,7 +14,7 @@ Events go in (``feed``), canonical SSE frames come out, ready to write (CANONICA
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -74,18 +74,11 @@ class _Failed:
         self.reason = reason
 
 
-# Made per choice of every stream, so with an __init__ of its own (proxy.normalize.fields.
-# RequestContext says why).
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class _Choice:
-    role_sent: bool
-    finish: str | None
-    calls: ToolCalls
-
-    def __init__(self) -> None:
-        self.role_sent = False
-        self.finish = None
-        self.calls = ToolCalls()
+    role_sent: bool = False
+    finish: str | None = None
+    calls: ToolCalls = field(default_factory=ToolCalls)
 
 
 class StreamNormalizer:
