@@ -3,11 +3,11 @@
     python bench/client.py [--runs 7] [--requests 3000]
 
 Sends the benchmark's chat request to nginx (bench/canned.py) one at a time, and reads each
-answer whole, in two ways that alternate run by run: aiohttp's ``ClientSession.post`` set up as
-the proxy used it until 2026-11-29, and ``proxy.upstream.UpstreamClient.send`` (the same
-connector, without ClientSession). Prints the median over runs of this process's CPU time per
-request (``time.process_time``: the system calls are in it, nginx's work is not). Needs nginx
-(bash bench/setup.sh).
+answer whole, in two ways that alternate run by run: aiohttp's public client
+(``ClientSession.post`` on a ``TCPConnector``, tuned as far as its public settings go), and
+``proxy.upstream.UpstreamClient.send`` (``proxy.http``: asyncio's protocol and httptools).
+Prints the median over runs of this process's CPU time per request (``time.process_time``: the
+system calls are in it, nginx's work is not). Needs nginx (bash bench/setup.sh).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from multidict import CIMultiDict
 from procs import Service, free_port, wait_http
 
 from proxy.config import Provider
-from proxy.pool import connection_pool
+from proxy.http.pool import Pool
 from proxy.server import run
 from proxy.upstream import Target, UpstreamClient, read_whole, target_for
 
@@ -50,7 +50,7 @@ async def with_session(target: Target, requests: int) -> float:
     headers = CIMultiDict({"Content-Type": "application/json", "Authorization": "Bearer sk-up"})
     url = target.destinations["chat"].url
     async with aiohttp.ClientSession(
-        connector=connection_pool().connector,
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
         auto_decompress=True,
         trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),
@@ -61,7 +61,7 @@ async def with_session(target: Target, requests: int) -> float:
                 url,
                 data=BODY,
                 headers=headers,
-                timeout=target.timeout,
+                timeout=aiohttp.ClientTimeout(total=None, connect=target.connect),
                 allow_redirects=False,
                 auto_decompress=True,
             )
@@ -74,7 +74,7 @@ async def with_session(target: Target, requests: int) -> float:
 
 
 async def with_upstream_client(target: Target, requests: int) -> float:
-    pool = connection_pool()
+    pool = Pool()
     client = UpstreamClient(pool)
     destination = target.destinations["chat"]
 

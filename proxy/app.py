@@ -23,7 +23,6 @@ from aiohttp import web
 from proxy.batch import REPORT_DELAY, Batch
 from proxy.completion import handle_completion
 from proxy.config import Config
-from proxy.connections import Connections
 from proxy.deadline import Deadlines
 from proxy.errors import (
     AuthenticationFailed,
@@ -36,8 +35,8 @@ from proxy.errors import (
     to_openai_error,
 )
 from proxy.exchange import Exchange
+from proxy.http.pool import Pool
 from proxy.pipe import Relays
-from proxy.pool import connection_pool
 from proxy.reply import JsonReply
 from proxy.state import Observer, Runtime, State
 from proxy.upstream import UpstreamClient
@@ -119,7 +118,7 @@ class Gateway:
             "/readyz": self._readyz,
             **(extra_routes or {}),
         }
-        self._connections: Connections | None = None
+        self._pool: Pool | None = None
         self._ended: list[Exchange] = []  # finished, not yet told to the observers
         self._reports = Batch(self._report, REPORT_DELAY)
         # The tasks handling API requests now (``drain``), and who waits for them to end.
@@ -131,8 +130,8 @@ class Gateway:
         # No cookie jar either (proxy.upstream sends requests without ClientSession): a cookie
         # one upstream sets while answering one team must never ride along on another team's
         # request.
-        self._connections = connection_pool()
-        self.state.client = UpstreamClient(self._connections)
+        self._pool = Pool()
+        self.state.client = UpstreamClient(self._pool)
         loop = asyncio.get_running_loop()
         self.state.deadlines = Deadlines(loop)
         self.state.relays = Relays(loop)
@@ -149,9 +148,9 @@ class Gateway:
             self.state.deadlines = None
         # Pipes still relaying keep their own reference; their queued steps still run.
         self.state.relays = None
-        if self._connections is not None:
-            await self._connections.close()
-            self._connections = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request: an API request under /v1/, else a probe or /metrics."""

@@ -14,12 +14,10 @@ import time
 from time import perf_counter
 from typing import Final
 
-from aiohttp import web
-from aiohttp.http import HttpVersion11
+from aiohttp import HttpVersion11, web
 
 from proxy.balancer import AttemptPlan
 from proxy.config import Deployment, Model, Provider
-from proxy.connections import Slots
 from proxy.deadline import Deadline
 from proxy.errors import (
     BodyTooLarge,
@@ -32,6 +30,7 @@ from proxy.errors import (
     handled,
 )
 from proxy.exchange import Exchange
+from proxy.http.pool import Slots
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
 from proxy.relay import (
     SENT_AT_ONCE,
@@ -147,7 +146,7 @@ async def handle_completion(
             raise
         # A stream that broke after its first byte is the deployment's failure all the same.
         _circuit(state, model, deployment, plan.report(loop.time(), exchange.failure))
-        if isinstance(response, JsonReply) and len(response.body) > SENT_AT_ONCE:
+        if isinstance(response, JsonReply) and len(response.raw) > SENT_AT_ONCE:
             response.headers["X-Request-Id"] = exchange.request_id
             await send_large(request, response, exchange, provider.timeouts.idle)
         return response

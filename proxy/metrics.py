@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import math
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
@@ -75,16 +73,6 @@ GC_BUCKETS: Final = (
 )  # fmt: skip
 
 
-def _upper_bounds(buckets: tuple[float, ...]) -> tuple[float, ...]:
-    # How prometheus_client completes a histogram's buckets.
-    return (*buckets, math.inf)
-
-
-_DURATION_BOUNDS: Final = _upper_bounds(DURATION_BUCKETS)
-_TTFT_BOUNDS: Final = _upper_bounds(TTFT_BUCKETS)
-_OVERHEAD_BOUNDS: Final = _upper_bounds(OVERHEAD_BUCKETS)
-_GC_BOUNDS: Final = _upper_bounds(GC_BUCKETS)
-
 _CIRCUIT_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
 # How long increments are held before they are written. A flush costs a locked write per series
@@ -112,36 +100,6 @@ class _Children(Generic[M]):
         if child is None:
             child = self._made[values] = self._metric.labels(*values)
         return child
-
-
-class _Tally:
-    """Observations of one histogram child, held until the next flush: their sum and how many
-    fell in each bucket.
-
-    prometheus_client keeps a child's sum and its (non-cumulative) bucket counts as values
-    written one at a time, and ``observe`` writes two of them per call; with several workers each
-    write is a locked store into a memory-mapped file after a ``getpid()`` system call. Written
-    from a tally, the values are the same (tests/test_metrics.py compares both ways) for one write
-    per bucket that was hit, whatever the number of requests.
-    """
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds  # the upper bounds, +Inf last, as the child has them
-        self.counts = [0] * len(bounds)
-        self.total = 0.0
-
-    def add(self, value: float) -> None:
-        # The first bucket whose bound is at least the value, as Histogram.observe chooses it.
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def write(self, child: Histogram) -> None:
-        child._sum.inc(self.total)
-        for value, count in zip(child._buckets, self.counts, strict=True):
-            if count:
-                value.inc(count)
 
 
 @dataclass(slots=True)
@@ -310,7 +268,7 @@ class ProxyMetrics(Observer):
         # delay moves no gauge at all.
         self._counts: dict[Counter, float] = {}
         self._moves: dict[Gauge, float] = {}
-        self._tallies: dict[Histogram, _Tally] = {}
+        self._tallies: dict[Histogram, list[float]] = {}  # observations held
         self._batch = Batch(self.flush, FLUSH_DELAY)
         self._routes: dict[tuple[str, str, str, str, str, str], _Route] = {}
         for endpoint in ENDPOINTS:
@@ -360,11 +318,11 @@ class ProxyMetrics(Observer):
             for counter, amount in zip(tokens, token_amounts(usage), strict=True):
                 if amount:
                     counts[counter] = counts.get(counter, 0) + amount
-        self._observe(route.duration, _DURATION_BOUNDS, exchange.duration)
-        self._observe(route.overhead, _OVERHEAD_BOUNDS, exchange.overhead)
+        self._observe(route.duration, exchange.duration)
+        self._observe(route.overhead, exchange.overhead)
         ttft = time_to_first_token(exchange)
         if ttft is not None:
-            self._observe(self.time_to_first_token(model, provider), _TTFT_BOUNDS, ttft)
+            self._observe(self.time_to_first_token(model, provider), ttft)
         kind = upstream_error_kind(exchange)
         if kind is not None:
             self._count(self.upstream_errors(provider, kind), 1)
@@ -388,8 +346,10 @@ class ProxyMetrics(Observer):
         moves, self._moves = self._moves, {}
         for counter, amount in counts.items():
             counter.inc(amount)
-        for histogram, tally in tallies.items():
-            tally.write(histogram)
+        for histogram, values in tallies.items():
+            observe = histogram.observe
+            for value in values:
+                observe(value)
         for gauge, amount in moves.items():
             if amount:  # a request that started and ended within the delay moves nothing
                 gauge.inc(amount)
@@ -404,11 +364,12 @@ class ProxyMetrics(Observer):
         moves[gauge] = moves.get(gauge, 0) + amount
         self._batch.touch()
 
-    def _observe(self, histogram: Histogram, bounds: tuple[float, ...], value: float) -> None:
-        tally = self._tallies.get(histogram)
-        if tally is None:
-            tally = self._tallies[histogram] = _Tally(bounds)
-        tally.add(value)
+    def _observe(self, histogram: Histogram, value: float) -> None:
+        values = self._tallies.get(histogram)
+        if values is None:
+            self._tallies[histogram] = [value]
+        else:
+            values.append(value)
 
     def _token_counters(
         self, team: str, model: str, provider: str, source: str
@@ -427,7 +388,7 @@ class ProxyMetrics(Observer):
         self.config_reloads("success" if ok else "failure").inc()
 
     def collected(self, full: bool, seconds: float) -> None:
-        self._observe(self.gc_pauses("full" if full else "young"), _GC_BOUNDS, seconds)
+        self._observe(self.gc_pauses("full" if full else "young"), seconds)
         self._batch.touch()
 
     def lines_dropped(self, count: int) -> None:

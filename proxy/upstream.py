@@ -1,16 +1,12 @@
-"""Requests to providers, and their failures mapped: with ``proxy.pool`` and
-``proxy.connections`` (the connections), the only users of aiohttp's client.
+"""Requests to providers, and their failures mapped: the only user of ``proxy.http``'s client.
 
-Every aiohttp and timeout exception that can come out of talking to a provider is translated
-here into ``proxy.errors`` (the httpcore ``map_exceptions`` pattern), always ``from`` the cause.
+Every exception that can come out of talking to a provider (the socket's, the parser's, a
+timeout) is translated here into ``proxy.errors`` (the httpcore ``map_exceptions`` pattern),
+always ``from`` the cause.
 
-Requests go out on connections opened by aiohttp's connector (its DNS cache and TLS) and kept
-between requests by ``proxy.connections``, and come back through aiohttp's response protocol
-(its C parser, chunked and compressed bodies, flow control), without ``ClientSession`` in
-between: every request to one endpoint of one provider is the same bytes but for its body and
-length, so those are made once per configuration (``Destination``).
-That takes measurably less CPU per request than ``ClientSession.post`` (docs/performance.md).
-tests/test_upstream_wire.py holds it to what ClientSession did on the wire.
+Every request to one endpoint of one provider is the same bytes but for its body and length, so
+those are made once per configuration (``Destination``), and go out with the body in one write
+on a keep-alive connection of the process's ``Pool``.
 """
 
 from __future__ import annotations
@@ -19,22 +15,17 @@ import asyncio
 import email.utils
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
-import aiohttp
 import orjson
-from aiohttp import hdrs
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.http import SERVER_SOFTWARE, HttpProcessingError
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from proxy import __version__
 from proxy.config import MAX_CONNECTIONS, Provider
-from proxy.connections import Connections, Shelf, Slots
 from proxy.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -42,9 +33,10 @@ from proxy.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
+from proxy.http.connection import Body, BrokenAnswer, InvalidAnswer, UpstreamConnection
+from proxy.http.pool import Origin, Pool, Slots
 from proxy.normalize import Endpoint
 from proxy.normalize.fields import upstream_error
-from proxy.pool import PoolKey, UpstreamProtocol
 
 # An upstream's error body is read up to this size; the rest is of no use to anybody.
 ERROR_BODY_LIMIT: Final = 64 * 1024
@@ -57,22 +49,19 @@ _PATHS: Final[Mapping[tuple[str, Endpoint], str]] = {
     ("maritaca-inference", "chat"): "/chat/inference",
 }
 _AUTH_HEADERS: Final = frozenset({"authorization", "api-key", "x-api-key"})
-# What aiohttp's ClientSession adds to every request unless told otherwise; Accept-Encoding
-# lists exactly the codings its response parser can undo here (brotli and zstd if installed).
+# Added to every request unless the configuration sets them; Accept-Encoding lists exactly the
+# codings proxy.http.connection undoes.
 _DEFAULT_HEADERS: Final = (
     ("Accept", "*/*"),
-    ("Accept-Encoding", aiohttp.ClientRequest.DEFAULT_HEADERS[hdrs.ACCEPT_ENCODING]),
-    ("User-Agent", SERVER_SOFTWARE),
+    ("Accept-Encoding", "gzip, deflate"),
+    ("User-Agent", f"llm-proxy/{__version__}"),
 )
-# A body up to this size goes out in one write with its head (one copy, one send); a larger
-# one is handed over as it is, beside the head.
-_COALESCE: Final = 16 * 1024
 _TAG: Final = re.compile(r"<[^>]*>")
 
 
 def request_head(url: URL, headers: Mapping[str, str]) -> bytes:
     """A POST to ``url`` with ``headers``, up to the Content-Length that ends every head here:
-    the request line, Host (unless given), the headers, and aiohttp's defaults not given.
+    the request line, Host (unless given), the headers, and the defaults not given.
 
     Header names are tokens and values have no line breaks (the configuration refuses both).
     """
@@ -89,34 +78,21 @@ def request_head(url: URL, headers: Mapping[str, str]) -> bytes:
 
 
 class Destination:
-    """One endpoint of one provider: its URL, and the head of every request to it (for a
-    whole answer and for a stream), made once per configuration."""
+    """One endpoint of one provider: its URL, where its connections go, and the head of every
+    request to it (for a whole answer and for a stream), made once per configuration."""
 
-    __slots__ = ("_key", "_shelf", "head", "stream_head", "url")
+    __slots__ = ("head", "origin", "stream_head", "url")
 
-    def __init__(self, url: URL, headers: CIMultiDict[str]) -> None:
+    def __init__(self, url: URL, headers: Mapping[str, str]) -> None:
         self.url = url
+        tls = url.scheme == "https"
+        self.origin = Origin(url.host or "", url.port or (443 if tls else 80), tls)
         self.head = request_head(url, headers)
-        stream_headers = headers.copy()
+        stream_headers = {
+            name: value for name, value in headers.items() if name.lower() != "accept"
+        }
         stream_headers["Accept"] = "text/event-stream"
         self.stream_head = request_head(url, stream_headers)
-        self._key: aiohttp.ClientRequest | None = None
-        self._shelf: Shelf | None = None
-
-    def key(self) -> aiohttp.ClientRequest:
-        """What aiohttp's connector opens new connections with (host, port, TLS), read off a
-        request of its own; made on first use, as it needs the running loop."""
-        if self._key is None:
-            self._key = PoolKey("POST", self.url, loop=asyncio.get_running_loop())
-        return self._key
-
-    def shelf(self, connections: Connections) -> Shelf:
-        """Where ``connections`` keeps the idle connections to this endpoint's place (shared
-        by every endpoint at the same host, port and TLS settings); looked up once."""
-        shelf = self._shelf
-        if shelf is None or shelf.connections is not connections:
-            shelf = self._shelf = connections.shelf(self.key().connection_key)
-        return shelf
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,51 +100,55 @@ class Target:
     """Where and how one provider is called; computed once per configuration."""
 
     destinations: Mapping[Endpoint, Destination]  # the endpoints its dialect serves
-    timeout: aiohttp.ClientTimeout  # connecting; the rest is bounded by the caller's deadlines
+    connect: float  # seconds to open a connection; the rest is bounded by the caller's deadlines
     # Its requests holding a connection: taken before ``send``, given back by the response.
     slots: Slots = field(default_factory=lambda: Slots(MAX_CONNECTIONS))
 
 
 def target_for(provider: Provider) -> Target:
-    headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json"})
+    given = {name.lower() for name in provider.headers}
+    headers = {} if "content-type" in given else {"Content-Type": "application/json"}
     headers.update(provider.headers)
-    if provider.api_key and not any(name.lower() in _AUTH_HEADERS for name in provider.headers):
+    if provider.api_key and not given & _AUTH_HEADERS:
         headers["Authorization"] = f"Bearer {provider.api_key}"
-    connect = provider.timeouts.connect
-    timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect)
     destinations = {
         endpoint: Destination(URL(provider.base_url + path).extend_query(provider.query), headers)
         for (dialect, endpoint), path in _PATHS.items()
         if dialect == provider.dialect
     }
-    return Target(destinations, timeout, Slots(provider.max_connections))
+    return Target(destinations, provider.timeouts.connect, Slots(provider.max_connections))
 
 
-# What can come out of talking to a provider, for callers that catch it themselves on a hot path.
-TRANSPORT_ERRORS: Final = (aiohttp.ClientError, HttpProcessingError, OSError, TimeoutError)
+# What can come out of talking to a provider, for callers that catch it themselves on a hot path:
+# the socket's failures (ssl.SSLError and socket.gaierror among them), the parser's, timeouts.
+TRANSPORT_ERRORS: Final = (OSError, InvalidAnswer, TimeoutError)
 
 
 def upstream_error_for(exc: BaseException, phase: str) -> UpstreamError:
-    """The error of this tree for what aiohttp or asyncio raised while talking to a provider:
-    the one translation of foreign exceptions (``mapped_errors`` and the relay use it)."""
+    """The error of this tree for what the connection or asyncio raised while talking to a
+    provider: the one translation of foreign exceptions (``mapped_errors`` and the relay)."""
     if isinstance(exc, UpstreamError):
         return exc
     if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"The upstream did not answer in time ({phase})")
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ServerDisconnectedError):
-        return UpstreamConnectError(f"Could not reach the upstream ({phase}): {type(exc).__name__}")
-    if isinstance(exc, aiohttp.ClientPayloadError):
+    if isinstance(exc, BrokenAnswer):
+        if phase == "connect":  # closed before answering: a pooled connection the server shut
+            return UpstreamConnectError(f"Could not reach the upstream ({phase}): closed")
         return UpstreamConnectError(f"The upstream connection broke ({phase})")
-    if isinstance(exc, aiohttp.ClientOSError | ConnectionError | OSError):
-        return UpstreamConnectError(f"The upstream connection failed ({phase})")
-    if isinstance(exc, aiohttp.ClientResponseError | HttpProcessingError):
+    if isinstance(exc, InvalidAnswer):
         return UpstreamProtocolError(f"The upstream sent an invalid HTTP response ({phase})")
+    if isinstance(exc, OSError):
+        if phase == "connect":
+            return UpstreamConnectError(
+                f"Could not reach the upstream ({phase}): {type(exc).__name__}"
+            )
+        return UpstreamConnectError(f"The upstream connection failed ({phase})")
     return UpstreamProtocolError(f"Talking to the upstream failed ({phase}): {type(exc).__name__}")
 
 
 @contextmanager
 def mapped_errors(phase: str) -> Iterator[None]:
-    """Translate what aiohttp and asyncio raise while talking to a provider."""
+    """Translate what the connection and asyncio raise while talking to a provider."""
     try:
         yield
     except TRANSPORT_ERRORS as exc:
@@ -241,72 +221,69 @@ def retry_after_seconds(value: str) -> float | None:
 class UpstreamResponse:
     """An upstream's answer: its status line and headers, and its body as it arrives.
 
-    Its connection goes back on its shelf once the body has been read to its end, and is closed
+    Its connection goes back to the pool once the body has been read to its end, and is closed
     by ``close`` if it has not (whatever is left of the body is not worth waiting for).
     """
 
-    __slots__ = ("_connection", "_shelf", "_slots", "content", "headers", "reason", "status")
+    __slots__ = (
+        "_connection",
+        "_origin",
+        "_pool",
+        "_slots",
+        "content",
+        "headers",
+        "reason",
+        "status",
+    )
 
     def __init__(
         self,
-        connection: aiohttp.connector.Connection,
-        shelf: Shelf,
+        connection: UpstreamConnection,
+        pool: Pool,
+        origin: Origin,
         status: int,
-        reason: str | None,
-        headers: CIMultiDictProxy[str],
-        content: aiohttp.StreamReader,
+        reason: str,
+        headers: Mapping[str, str],
+        content: Body,
         slots: Slots,
     ) -> None:
-        self._connection: aiohttp.connector.Connection | None = connection
-        self._shelf = shelf
+        self._connection: UpstreamConnection | None = connection
+        self._pool = pool
+        self._origin = origin
         self._slots = slots
         self.status = status
         self.reason = reason
-        self.headers = headers
+        self.headers = headers  # names in lower case
         self.content = content
         content.on_eof(self._release)  # at once if the body is over already
 
     @property
     def content_type(self) -> str:
-        """The media type, lower case, without parameters (aiohttp's default if none)."""
-        raw = self.headers.get("Content-Type")
+        """The media type, lower case, without parameters (RFC 9110's default if none)."""
+        raw = self.headers.get("content-type")
         if not raw:
             return "application/octet-stream"
         return raw.partition(";")[0].strip().lower()
 
-    @property
-    def takeable(self) -> bool:
-        """Its body comes in chunks, not encoded: ``proxy.pipe`` may take it from its connection
-        (``proxy.chunks`` undoes the chunks; aiohttp's reader alone undoes an encoding)."""
-        headers = self.headers
-        coding = headers.get("Content-Encoding", "identity").strip().lower()
-        framing = headers.get("Transfer-Encoding", "").strip().lower()
-        return framing == "chunked" and coding == "identity"
-
     def _release(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
-            protocol = connection.protocol
-            if isinstance(protocol, UpstreamProtocol):
-                protocol.idle = True
-            self._shelf.put(connection)  # which closes it instead if it cannot be used again
+            self._pool.put(connection, self._origin)  # which closes it if it cannot be reused
             self._slots.release()
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
-            protocol = connection.protocol
-            if isinstance(protocol, UpstreamProtocol):
-                protocol.sink = None  # whatever took its reads lets go with it
-            self._shelf.connections.discard(connection)
+            self.content.listener = None  # whoever listened lets go with it
+            self._pool.discard(connection)
             self._slots.release()
 
 
 class UpstreamClient:
     """Sends requests to providers over one pool of keep-alive connections per process."""
 
-    def __init__(self, connections: Connections) -> None:
-        self.connections = connections
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
 
     async def send(
         self, destination: Destination, target: Target, body: bytes, *, stream: bool
@@ -318,79 +295,48 @@ class UpstreamClient:
         non-200 answer raises ``UpstreamStatusError`` with the upstream's message.
         """
         head = destination.stream_head if stream else destination.head
-        # mapped_errors("connect"), spelled out, and the exchange itself written here rather
-        # than in a coroutine of its own: this is every request's path, and both a generator
-        # context manager and a level of coroutine (paid again when the answer resumes it) cost
-        # microseconds per request.
-        connections = self.connections
-        # Whether the slot went to a response (which gives it back); a flag rather than a test
-        # of the response for None, which compiled code narrows away across the finally.
-        handed = False
+        pool = self.pool
+        origin = destination.origin
+        response: UpstreamResponse | None = None
         try:
-            shelf = destination.shelf(connections)
-            connection = shelf.take()
+            connection = pool.take(origin)
             if connection is None:
-                connection = await connections.open(destination.key(), target.timeout)
+                async with asyncio.timeout(target.connect):
+                    connection = await pool.connect(origin)
             try:
-                protocol: ResponseHandler | None = connection.protocol
-                transport = connection.transport
-                if protocol is None or transport is None or transport.is_closing():
-                    # Closed by the upstream since it was pooled.
-                    raise aiohttp.ServerDisconnectedError()
-                if isinstance(protocol, UpstreamProtocol):
-                    protocol.idle = False  # what comes from now on answers this request
-                if protocol._parser is None:
-                    # A new connection: its parser (a body without a length runs to the end).
-                    # A pooled one keeps the parser of its last answer, which ended cleanly (a
-                    # connection goes back to the pool only once its answer's body was read to
-                    # its end) and is ready for the next; aiohttp's ClientSession makes a new
-                    # one per request, a measurable cost (docs/performance.md).
-                    protocol.set_response_params(read_until_eof=True)
                 length = b"Content-Length: %d\r\n\r\n" % len(body)
-                if len(body) <= _COALESCE:
-                    transport.write(head + length + body)
-                else:
-                    transport.writelines((head, length, body))
-                # Read through Any: aiohttp's C parser makes each message of a class of its own,
-                # not the NamedTuple its types declare, and compiled code checks what it is
-                # given against the declared type (a TypeError for every answer).
-                read: Callable[[], Awaitable[Any]] = protocol.read
-                while True:
-                    message, content = await read()
-                    # Informational answers (100 Continue, 103 Early Hints) precede the real one.
-                    if not 100 <= message.code < 200 or message.code == 101:
-                        break
+                answer = await connection.request(head + length, body)
                 response = UpstreamResponse(
                     connection,
-                    shelf,
-                    message.code,
-                    message.reason,
-                    message.headers,
-                    content,
+                    pool,
+                    origin,
+                    answer.status,
+                    answer.reason,
+                    answer.headers,
+                    answer.body,
                     target.slots,
                 )
-                handed = True
             except BaseException:
                 # Cancelled or failed half way: nothing else may use it.
-                connections.discard(connection)
+                pool.discard(connection)
                 raise
         except TRANSPORT_ERRORS as exc:
             raise upstream_error_for(exc, "connect") from exc
         finally:
-            if not handed:
+            if response is None:
                 target.slots.release()
         if response.status != 200:
             try:
                 with mapped_errors("error body"):
-                    error_bytes = await response.content.read(ERROR_BODY_LIMIT)
+                    error_bytes = await response.content.read_upto(ERROR_BODY_LIMIT)
             finally:
                 response.close()
             raise status_error(
                 response.status,
-                response.reason or "",
-                response.headers.get("Content-Type", ""),
+                response.reason,
+                response.headers.get("content-type", ""),
                 error_bytes,
-                response.headers.get("Retry-After"),
+                response.headers.get("retry-after"),
             )
         return response
 
@@ -401,7 +347,6 @@ def read_arrived(response: UpstreamResponse, limit: int) -> bytes | None:
     content = response.content
     if not content.is_eof():
         return None
-    # aiohttp stops reading a body nobody reads long before this; the bound must not rest on it.
     if content.total_bytes > limit:
         raise UpstreamProtocolError(f"The upstream's response is larger than {limit} bytes")
     return content.read_nowait()

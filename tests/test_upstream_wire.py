@@ -1,9 +1,9 @@
 """The proxy's requests to a provider, and the answers it must cope with, byte by byte.
 
-``proxy.upstream`` writes each request itself and reads the answer with aiohttp's response
-parser. The upstream here is a bare TCP server (no HTTP library), so that what the proxy sends
-is seen as it is on the wire and the answers can be framed every way HTTP/1.1 allows, or not at
-all.
+``proxy.upstream`` writes each request itself and ``proxy.http.connection`` reads the answer
+with httptools' parser. The upstream here is a bare TCP server (no HTTP library), so that what
+the proxy sends is seen as it is on the wire and the answers can be framed every way HTTP/1.1
+allows, or not at all.
 """
 
 from __future__ import annotations
@@ -18,17 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohappyeyeballs
 import aiohttp
 import openai
 import orjson
 import pytest
-from aiohttp.abc import AbstractResolver, ResolveResult
-from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
-from proxy.pool import KEEPALIVE, connection_pool
+from proxy.http.pool import DNS_TTL, KEEPALIVE, Pool
 from proxy.upstream import Destination, Target, UpstreamClient, read_whole, request_head
 from tests.harness import (
     TEAM_KEY,
@@ -320,7 +317,7 @@ def headers_of(head: bytes) -> dict[str, str]:
     ],
 )
 def test_the_head_of_a_request(url: str, headers: dict[str, str], first_lines: list[str]) -> None:
-    head = request_head(URL(url), CIMultiDict(headers))
+    head = request_head(URL(url), headers)
     assert head.endswith(b"\r\n") and not head.endswith(b"\r\n\r\n")  # Content-Length follows
     lines = head.decode().split("\r\n")[:-1]
     assert lines[: len(first_lines)] == first_lines
@@ -333,7 +330,7 @@ def test_the_head_of_a_request(url: str, headers: dict[str, str], first_lines: l
 
 async def test_the_request_on_the_wire(servers: Servers, wire: WireUpstream) -> None:
     """Request line, Host, the provider's headers and query, the length and body, and what
-    ClientSession sent by default (the codings it can undo, its User-Agent)."""
+    the defaults (the codings the proxy can undo, its User-Agent)."""
     providers = {
         "length": {
             "base_url": wire.url("length"),
@@ -363,7 +360,7 @@ async def test_the_request_on_the_wire(servers: Servers, wire: WireUpstream) -> 
     assert headers["x-team-tag"] == "blue"
     assert headers["accept"] == "*/*"
     assert "gzip" in headers["accept-encoding"].split(", ")
-    assert headers["user-agent"].startswith("Python/")
+    assert headers["user-agent"].startswith("llm-proxy/")
     assert int(headers["content-length"]) == len(whole.body)
     assert orjson.loads(whole.body) == {"model": "up", "messages": CHAT}
     assert headers_of(streamed.head)["accept"] == "text/event-stream"
@@ -431,8 +428,8 @@ async def test_a_chunked_event_stream_is_relayed(servers: Servers, wire: WireUps
 
 async def test_connections_are_kept_alive_and_reused(servers: Servers, wire: WireUpstream) -> None:
     # Every framing in turn on the same connections: a pooled connection keeps its response
-    # parser from one answer to the next (proxy.upstream), so each answer must still be read
-    # whole and right after any other.
+    # parser from one answer to the next (proxy.http.connection), so each answer must still be
+    # read whole and right after any other.
     framings = ("length", "chunked", "gzip", "early-hints")
     url = proxy_for(servers, wire, *framings)
     expected = orjson.loads(ANSWER)["choices"][0]["message"]["content"]
@@ -455,15 +452,16 @@ async def test_connections_are_kept_alive_and_reused(servers: Servers, wire: Wir
 async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
     keepalive: float, connections: int
 ) -> None:
-    # Past its keep-alive, an idle connection is not taken again (proxy.connections' sweep
-    # closes it, and a shelf would not hand it out); within it, it is. KEEPALIVE itself is well
-    # past the idle time here: that it outlasts aiohttp's 15 s default is its value's to say,
-    # not a test's to wait.
+    # Past its keep-alive, an idle connection is not taken again (the pool's sweep closes it,
+    # and the pool would not hand it out); within it, it is. KEEPALIVE itself is well past the
+    # idle time here: that it outlasts uvicorn's 5 s is its value's to say, not a test's to wait.
     opened = 0
+    writers: list[asyncio.StreamWriter] = []
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal opened
         opened += 1
+        writers.append(writer)
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
                 length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
@@ -474,10 +472,10 @@ async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = connection_pool(keepalive)
+    pool = Pool(keepalive)
     client = UpstreamClient(pool)
-    destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, aiohttp.ClientTimeout(total=None, connect=5))
+    destination = Destination(URL(f"http://127.0.0.1:{port}/v1/chat/completions"), {})
+    target = Target({}, 5.0)
     try:
         for _ in range(2):
             response = await client.send(destination, target, b"{}", stream=False)
@@ -485,89 +483,76 @@ async def test_an_idle_connection_is_kept_for_the_pools_keep_alive(
             await asyncio.sleep(0.3)
     finally:
         await pool.close()
+        for writer in writers:  # their handlers may not have seen the close yet
+            writer.close()
         server.close()
         await server.wait_closed()
     assert opened == connections
 
 
-class _Addresses(AbstractResolver):
-    """Every name resolves to these IPv4 addresses, in this order (as a DNS answer lists them)."""
+def _resolving(monkeypatch: pytest.MonkeyPatch, *addresses: str) -> list[str]:
+    """Every name resolves to these IPv4 addresses, in this order (as a DNS answer lists them);
+    returns the names asked for, one per lookup."""
+    asked: list[str] = []
+    loop = asyncio.get_running_loop()
+    original = loop.getaddrinfo
 
-    def __init__(self, *addresses: str) -> None:
-        self.addresses = addresses
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
+    async def getaddrinfo(host: Any, port: Any, **kwargs: Any) -> Any:
+        if not addresses:
+            return await original(host, port, **kwargs)
+        asked.append(host)
         return [
-            ResolveResult(
-                hostname=host,
-                host=address,
-                port=port,
-                family=socket.AF_INET,
-                proto=socket.IPPROTO_TCP,
-                flags=socket.AI_NUMERICHOST,
-            )
-            for address in self.addresses
+            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port))
+            for address in addresses
         ]
 
-    async def close(self) -> None:
-        pass
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    return asked
 
 
-def _happy_eyeballs_calls(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Counts aiohttp's way of opening a connection (aiohappyeyeballs), which is left to it."""
-    calls: list[object] = []
-    original = aiohappyeyeballs.start_connection
-
-    async def counted(*args: Any, **kwargs: Any) -> socket.socket:
-        calls.append(kwargs.get("addr_infos"))
-        return await original(*args, **kwargs)
-
-    monkeypatch.setattr(aiohappyeyeballs, "start_connection", counted)
-    return calls
-
-
-# (the host in the URL, the addresses a resolver gives for a name, whether aiohttp opens it)
+# (the host in the URL, the addresses a name resolves to)
 _WAYS = [
-    ("127.0.0.1", None, False),  # an address: the loop opens it, no resolver asked
-    ("upstream.test", ("127.0.0.1",), False),  # a name with one address: the loop too
-    # Two addresses, the first refusing: aiohttp's race goes on to the second.
-    ("upstream.test", ("127.0.0.2", "127.0.0.1"), True),
+    ("127.0.0.1", ()),  # an address
+    ("upstream.test", ("127.0.0.1",)),  # a name with one address
+    # Two addresses, the first refusing: the next is tried.
+    ("upstream.test", ("127.0.0.2", "127.0.0.1")),
 ]
 
 
-@pytest.mark.parametrize(("host", "addresses", "aiohttp_opens"), _WAYS)
-async def test_a_new_connection_is_opened_the_cheap_way_where_it_can_be(
-    monkeypatch: pytest.MonkeyPatch,
-    host: str,
-    addresses: tuple[str, ...] | None,
-    aiohttp_opens: bool,
+@pytest.mark.parametrize(("host", "addresses"), _WAYS)
+async def test_a_new_connection_goes_to_the_first_address_that_takes_it(
+    monkeypatch: pytest.MonkeyPatch, host: str, addresses: tuple[str, ...]
 ) -> None:
-    """A plain-HTTP host with one address is connected by the loop itself
-    (``proxy.pool._Connector``: a quarter less CPU per new connection); anything else goes
-    aiohttp's way, as before."""
-    calls = _happy_eyeballs_calls(monkeypatch)
+    """And a name is resolved once for DNS_TTL, not once per connection."""
+    asked = _resolving(monkeypatch, *addresses)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(ANSWERS["length"][0])
-        await writer.drain()
-        writer.close()
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(
+                ANSWERS["length"][0].replace(b"200 OK\r\n", b"200 OK\r\nConnection: close\r\n")
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
-    destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5))
+    pool = Pool()
+    destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), {})
+    target = Target({}, 5.0)
     try:
-        response = await UpstreamClient(pool).send(destination, target, b"{}", stream=False)
-        assert await read_whole(response, 1 << 20) == ANSWER
+        for _ in range(2):  # each on a connection of its own (the upstream said close)
+            response = await UpstreamClient(pool).send(destination, target, b"{}", stream=False)
+            assert await read_whole(response, 1 << 20) == ANSWER
     finally:
         await pool.close()
         server.close()
         await server.wait_closed()
-    assert bool(calls) is aiohttp_opens
+    assert asked == ([host] if addresses else [])
+    assert DNS_TTL >= 60
 
 
 def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
@@ -588,26 +573,22 @@ def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
     raise AssertionError("the listener's queue never filled up")
 
 
-@pytest.mark.parametrize(("host", "addresses", "aiohttp_opens"), _WAYS)
+@pytest.mark.parametrize(("host", "addresses"), _WAYS)
 @pytest.mark.parametrize("failure", ["refused", "no answer"])
 async def test_an_upstream_that_cannot_be_reached_fails_the_connect(
-    monkeypatch: pytest.MonkeyPatch,
-    host: str,
-    addresses: tuple[str, ...] | None,
-    aiohttp_opens: bool,
-    failure: str,
+    monkeypatch: pytest.MonkeyPatch, host: str, addresses: tuple[str, ...], failure: str
 ) -> None:
-    """Either way of connecting fails the same: a refusal is a connect error, silence a timeout
-    once the provider's connect timeout is up."""
-    calls = _happy_eyeballs_calls(monkeypatch)
+    """However many addresses: a refusal is a connect error, silence a timeout once the
+    provider's connect timeout is up."""
+    _resolving(monkeypatch, *addresses)
     if failure == "refused":
         listener, queued, port = None, [], free_port()
     else:
         listener, queued = _full_listener()
         port = listener.getsockname()[1]
-    pool = connection_pool(resolver=_Addresses(*addresses) if addresses else None)
-    destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), CIMultiDict())
-    target = Target({}, aiohttp.ClientTimeout(total=None, connect=0.3, sock_connect=0.3))
+    pool = Pool()
+    destination = Destination(URL(f"http://{host}:{port}/v1/chat/completions"), {})
+    target = Target({}, 0.3)
     started = time.monotonic()
     try:
         with pytest.raises(UpstreamError) as raised:
@@ -623,7 +604,6 @@ async def test_an_upstream_that_cannot_be_reached_fails_the_connect(
         assert type(raised.value) is UpstreamTimeout
         assert raised.value.message == "The upstream did not answer in time (connect)"
         assert time.monotonic() - started < 5  # the connect timeout ended it, not a hang
-    assert bool(calls) is aiohttp_opens
 
 
 async def test_an_event_over_the_bound_after_the_first_byte_leaves_no_cycle(

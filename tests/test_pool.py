@@ -1,4 +1,4 @@
-"""The upstream connections a process keeps between requests (``proxy.connections``), seen
+"""The upstream connections a process keeps between requests (``proxy.http.pool``), seen
 from a bare HTTP/1.1 upstream that numbers the connections it accepts and notes which the
 proxy closes."""
 
@@ -11,14 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.connections import Slots
 from proxy.errors import UpstreamError
-from proxy.pool import connection_pool
+from proxy.http.pool import Pool, Slots
 from proxy.upstream import Destination, Target, UpstreamClient, read_whole
 
 ANSWER = (Path(__file__).parent / "fixtures" / "providers" / "openai.chat.json").read_bytes()
@@ -28,7 +25,7 @@ KEPT = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d
 )
 # Whole, yet the upstream says it will not take another request on this connection.
 LAST = KEPT.replace(b"200 OK\r\n", b"200 OK\r\nConnection: close\r\n")
-TARGET = Target({}, aiohttp.ClientTimeout(total=None, connect=5, sock_connect=5))
+TARGET = Target({}, 5.0)
 
 
 @dataclass
@@ -77,7 +74,7 @@ class Upstream:
         return len(set(self.requests))
 
     def destination(self) -> Destination:
-        return Destination(URL(f"http://127.0.0.1:{self.port}/v1/chat/completions"), CIMultiDict())
+        return Destination(URL(f"http://127.0.0.1:{self.port}/v1/chat/completions"), {})
 
     def close_all(self) -> None:
         for writer in list(self._writers):
@@ -132,7 +129,7 @@ async def _two_at_once(upstream: Upstream, client: UpstreamClient) -> None:
 async def test_the_connection_put_back_last_is_taken_first(upstreams: Start) -> None:
     # aiohttp's pool took the oldest first: these would have gone to both in turn.
     upstream = await upstreams()
-    pool = connection_pool()
+    pool = Pool()
     client = UpstreamClient(pool)
     try:
         await _two_at_once(upstream, client)
@@ -150,7 +147,7 @@ async def test_connections_the_traffic_no_longer_needs_close_after_their_keep_al
     upstreams: Start,
 ) -> None:
     upstream = await upstreams()
-    pool = connection_pool(0.2)
+    pool = Pool(0.2)
     client = UpstreamClient(pool)
     loop = asyncio.get_running_loop()
     try:
@@ -174,7 +171,7 @@ async def test_connections_the_traffic_no_longer_needs_close_after_their_keep_al
 async def test_at_the_limit_an_idle_connection_gives_way_to_a_new_one(upstreams: Start) -> None:
     # Without: the new one would wait for the connector's limit until its connect timeout (5 s).
     first, second = await upstreams(), await upstreams()
-    pool = connection_pool(limit=1)
+    pool = Pool(limit=1)
     client = UpstreamClient(pool)
     try:
         await _ask(client, first.destination())
@@ -193,7 +190,7 @@ async def test_at_the_limit_a_request_takes_the_connection_an_answer_gives_back(
     # goes to it (the same place), or makes room for one of its own (another place). Kept on
     # a shelf instead, the request would wait until its connect timeout (5 s).
     first, second = await upstreams(), await upstreams()
-    pool = connection_pool(limit=1)
+    pool = Pool(limit=1)
     client = UpstreamClient(pool)
     try:
         first.gate.clear()
@@ -208,7 +205,7 @@ async def test_at_the_limit_a_request_takes_the_connection_an_answer_gives_back(
         await asyncio.wait_for(asyncio.gather(busy, waiting), 3)
         assert first.opened == 1 and len(first.requests) == (1 if elsewhere else 2)
         assert second.opened == (1 if elsewhere else 0)
-        assert pool.waiting == 0 and pool.connecting == 0
+        assert pool.waiting == 0
     finally:
         await pool.close()
 
@@ -217,7 +214,7 @@ async def test_a_connection_the_upstream_closed_while_idle_is_passed_over(
     upstreams: Start,
 ) -> None:
     upstream = await upstreams(hang_up_after=0.05)
-    pool = connection_pool()
+    pool = Pool()
     client = UpstreamClient(pool)
     try:
         await _ask(client, upstream.destination())
@@ -232,7 +229,7 @@ async def test_a_connection_the_upstream_closed_while_idle_is_passed_over(
 async def test_an_answer_that_says_connection_close_is_not_kept(upstreams: Start) -> None:
     # The upstream would take another request on it; the proxy closes it, as it was told.
     upstream = await upstreams(answer=LAST)
-    pool = connection_pool()
+    pool = Pool()
     client = UpstreamClient(pool)
     try:
         await _ask(client, upstream.destination())
@@ -248,7 +245,7 @@ async def test_a_pool_closed_with_a_request_in_flight_closes_every_connection(
     upstreams: Start,
 ) -> None:
     upstream = await upstreams()
-    pool = connection_pool()
+    pool = Pool()
     client = UpstreamClient(pool)
     await _two_at_once(upstream, client)  # two idle
     upstream.gate.clear()
