@@ -137,12 +137,12 @@ class _Server(web.Server):
         super().__init__(handler, handler_cancellation=handler_cancellation, **settings)
         # Our own copy of the connections' settings: aiohttp keeps its copy in private
         # attributes, which a minor release may rename.
-        self._settings = settings
+        self.connection_settings = settings
 
     def __call__(self) -> web.RequestHandler:
         # aiohttp's Server.__call__ (the protocol factory, called on the running loop), with
         # the handler above.
-        return _RequestHandler(self, loop=asyncio.get_running_loop(), **self._settings)
+        return _RequestHandler(self, loop=asyncio.get_running_loop(), **self.connection_settings)
 
 
 class ProxyRunner(web.ServerRunner):
