@@ -5,7 +5,7 @@
 Sends the benchmark's chat request to nginx (bench/canned.py) one at a time, and reads each
 answer whole, in two ways that alternate run by run: aiohttp's public client
 (``ClientSession.post`` on a ``TCPConnector``, tuned as far as its public settings go), and
-``proxy.upstream.UpstreamClient.send`` (``proxy.http``: asyncio's protocol and httptools).
+``proxy.http.upstream.UpstreamClient.send`` (``proxy.http``: asyncio's protocol and httptools).
 Prints the median over runs of this process's CPU time per request (``time.process_time``: the
 system calls are in it, nginx's work is not). Needs nginx (bash bench/setup.sh).
 """
@@ -25,10 +25,10 @@ import canned
 from multidict import CIMultiDict
 from procs import Service, free_port, wait_http
 
-from proxy.config import Provider
+from proxy.core.config import Provider
 from proxy.http.pool import Pool
-from proxy.server import run
-from proxy.upstream import Target, UpstreamClient, read_whole, target_for
+from proxy.http.upstream import Target, UpstreamClient, read_whole, target_for
+from proxy.ops.server import run
 
 BODY = (
     b'{"model":"bench","messages":[{"role":"user",'

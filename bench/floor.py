@@ -14,11 +14,10 @@ aiohttp's own (a client that leaves mid-stream ends its stream quietly). ``GET /
 answers 200 once every worker listens.
 
 By default it uses aiohttp the usual way: ``web.Application`` and ``ClientSession``. ``--lean``
-uses it the way the proxy does: aiohttp's low-level ``web.Server`` calling one handler, and
-requests written on a connection of aiohttp's connector and read back with its response
-protocol, without ``ClientSession`` (proxy/upstream.py, written again here in a few lines so that
-this script stays independent of the package). With it, the floor is the cheapest pass-through
-this stack allows.
+uses aiohttp's low-level ``web.Server`` calling one handler, and requests written on a
+connection of aiohttp's connector and read back with its response protocol, without
+``ClientSession`` (aiohttp's internals, which a benchmark may use and the package may not). With
+it, the floor is the cheapest pass-through this stack allows.
 
 Imports nothing from the ``proxy`` package. Each worker is a daemonic child that also gets
 SIGTERM when its parent dies (Linux), so stopping or killing the parent leaves none behind;

@@ -30,10 +30,10 @@ import aiohttp
 from procs import free_port, wait_http
 from prometheus_client import CollectorRegistry
 
-from proxy.access_log import AccessLog
-from proxy.exchange import Exchange
-from proxy.metrics import ProxyMetrics
-from proxy.usage import Usage
+from proxy.core.exchange import Exchange
+from proxy.core.usage import Usage
+from proxy.ops.access_log import AccessLog
+from proxy.ops.metrics import ProxyMetrics
 
 KEY = "sk-bench"
 MODES = {

@@ -14,8 +14,8 @@ import statistics
 import time
 from pathlib import Path
 
+from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer
-from proxy.sse import SSEDecoder
 
 FIXTURE = (
     Path(__file__).resolve().parent.parent

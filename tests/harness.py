@@ -23,12 +23,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 import proxy
-from proxy.app import Gateway, Observer
-from proxy.config import Config, parse_config
+from proxy.core.config import Config, parse_config
+from proxy.core.exchange import Exchange
 from proxy.emulator import build_emulator_app
-from proxy.exchange import Exchange
-from proxy.metrics import Exposition, metrics_routes
-from proxy.server import ProxyRunner, make_observers
+from proxy.http.app import Gateway, Observer
+from proxy.ops.metrics import Exposition, metrics_routes
+from proxy.ops.server import ProxyRunner, make_observers
 
 TEAM_KEY = "sk-test-research"
 SUPPORT_KEY = "sk-test-support"

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from proxy.app import Gateway
+from proxy.http.app import Gateway
 from tests.harness import Servers
 
 Script = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool | None]]

@@ -27,12 +27,12 @@ from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.app import Gateway
-from proxy.config import Config, parse_config
+from proxy.core.config import Config, parse_config
 from proxy.emulator import build_emulator_app
-from proxy.metrics import Exposition, metrics_routes
-from proxy.outlet import Outlet
-from proxy.server import make_observers
+from proxy.http.app import Gateway
+from proxy.ops.metrics import Exposition, metrics_routes
+from proxy.ops.outlet import Outlet
+from proxy.ops.server import make_observers
 from tests.harness import LoopThread, free_port, start_site
 from tests.replay import FIXTURES, GOLDEN
 

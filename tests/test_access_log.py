@@ -16,10 +16,10 @@ import aiohttp
 import orjson
 import pytest
 
-from proxy.access_log import AccessLog, access_record
-from proxy.exchange import Exchange
-from proxy.outlet import Outlet
-from proxy.usage import Usage
+from proxy.core.exchange import Exchange
+from proxy.core.usage import Usage
+from proxy.ops.access_log import AccessLog, access_record
+from proxy.ops.outlet import Outlet
 from tests.metrics_support import (
     ALPHA_KEY,
     BETA_KEY,

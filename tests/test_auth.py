@@ -4,9 +4,9 @@ from types import MappingProxyType
 
 import pytest
 
-from proxy.auth import INVALID_KEY, MISSING_KEY, KeyRing, parse_bearer
-from proxy.config import Team, key_digest
-from proxy.errors import AuthenticationFailed
+from proxy.core.auth import INVALID_KEY, MISSING_KEY, KeyRing, parse_bearer
+from proxy.core.config import Team, key_digest
+from proxy.core.errors import AuthenticationFailed
 
 RESEARCH = Team("research", (key_digest("rk-123"), key_digest("rk-456")), ("*",))
 SUPPORT = Team("support", (key_digest("sk-789"),), ("llama-*",))

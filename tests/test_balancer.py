@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.balancer import (
+from proxy.core.balancer import (
     Attempt,
     AttemptPlan,
     RetryPolicy,
@@ -16,9 +16,9 @@ from proxy.balancer import (
     plan_attempts,
     retryable,
 )
-from proxy.circuit import CircuitBreaker
-from proxy.config import Deployment, Model
-from proxy.errors import (
+from proxy.core.circuit import CircuitBreaker
+from proxy.core.config import Deployment, Model
+from proxy.core.errors import (
     AuthenticationFailed,
     BodyTooLarge,
     InvalidRequest,

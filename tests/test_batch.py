@@ -1,4 +1,4 @@
-"""Work held for a loop turn or a few milliseconds (``proxy.batch``), and the metrics that use
+"""Work held for a loop turn or a few milliseconds (``proxy.http.batch``), and the metrics that use
 it: what the requests of that while add is written once, and a reader never sees a request out
 of flight before it is counted."""
 
@@ -8,10 +8,10 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from proxy.batch import Batch
-from proxy.exchange import Exchange
-from proxy.metrics import FLUSH_DELAY, Exposition, ProxyMetrics
-from proxy.usage import Usage
+from proxy.core.exchange import Exchange
+from proxy.core.usage import Usage
+from proxy.http.batch import Batch
+from proxy.ops.metrics import FLUSH_DELAY, Exposition, ProxyMetrics
 from tests.metrics_support import read_samples, total
 
 

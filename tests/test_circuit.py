@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from proxy.circuit import CircuitBreaker
+from proxy.core.circuit import CircuitBreaker
 
 # Each step: (call, now, what it returns, state after). Threshold 3, cooldown 10, window 10 (in
 # buckets of 1 s), failure rate 0.5.

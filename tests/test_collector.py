@@ -1,4 +1,4 @@
-"""The cycle collector on a loop timer (proxy.collector): its schedule as a table, then a real
+"""The cycle collector on a loop timer (proxy.ops.collector): its schedule as a table, then a real
 loop collecting real cycles, young and old."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.collector import Collector, Schedule, peak_rss
+from proxy.ops.collector import Collector, Schedule, peak_rss
 
 # (seconds since the last full collection, peak memory against the one after it) -> in full?
 SCHEDULE = [

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.config import (
+from proxy.core.config import (
     Config,
     Deployment,
     Metrics,
@@ -24,7 +24,7 @@ from proxy.config import (
     load_config,
     parse_config,
 )
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 ENV = {
     "FRIENDLI_TOKEN": "ft-secret",
@@ -174,7 +174,7 @@ BAD = [
         ],
     ),
     (
-        # The proxy frames each request itself (proxy.upstream.request_head).
+        # The proxy frames each request itself (proxy.http.upstream.request_head).
         doc(
             providers="{p: {base_url: 'https://p', headers: "
             "{Content-Length: '5', transfer-encoding: chunked, Connection: close, Host: h}}}"

@@ -1,4 +1,4 @@
-"""``proxy.deadline.Deadline`` on a real event loop: when it cancels, and what it tells after."""
+"""``proxy.http.deadline.Deadline`` on a real event loop: when it cancels, what it tells after."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from proxy.deadline import TICK, Deadline, Deadlines
+from proxy.http.deadline import TICK, Deadline, Deadlines
 
 
 async def _guarded(timer: Deadline, wait: float) -> str:

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from proxy.config import Config, key_digest, load_config
+from proxy.core.config import Config, key_digest, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from proxy.config import Config, parse_config
+from proxy.core.config import Config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

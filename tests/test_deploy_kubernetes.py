@@ -5,7 +5,7 @@ The manifests are checked against the Kubernetes JSON schemas that kubernetes-va
 cluster needed) and the Prometheus Operator resources against schemas of its CRDs copied into
 tests/spec (deploy-schemas.md there says from where). The settings the pods depend on (ports,
 probe paths, drain time, workers, variables) are read from the ConfigMap's proxy.yaml with
-proxy.config, the way the proxy reads it. `python -m tests.test_deploy_kubernetes` rewrites
+proxy.core.config, the way the proxy reads it. `python -m tests.test_deploy_kubernetes` rewrites
 prometheusrule.yaml from deploy/prometheus/rules.
 """
 
@@ -25,8 +25,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from proxy.config import Config, parse_config
-from proxy.errors import ConfigError
+from proxy.core.config import Config, parse_config
+from proxy.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBE = ROOT / "deploy" / "kubernetes"

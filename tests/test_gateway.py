@@ -9,8 +9,8 @@ import logging
 import aiohttp
 import pytest
 
-from proxy.app import Observer
-from proxy.exchange import Exchange
+from proxy.core.exchange import Exchange
+from proxy.http.app import Observer
 from tests.harness import TEAM_KEY, Servers
 
 

@@ -1,11 +1,12 @@
-"""proxy.metering: the label values and token counts one finished request is attributed."""
+"""proxy.core.metering: the label values and token counts one finished request is attributed."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
-from proxy.metering import (
+from proxy.core.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
+from proxy.core.fixes import FIXES
+from proxy.core.metering import (
     FIX_NAMES,
     TOKEN_TYPES,
     counted_fixes,
@@ -18,8 +19,7 @@ from proxy.metering import (
     token_amounts,
     upstream_error_kind,
 )
-from proxy.normalize.tables import FIXES
-from proxy.usage import Usage
+from proxy.core.usage import Usage
 
 UPSTREAM = Usage(8, 4, 12, cached_tokens=2, reasoning_tokens=1, source="upstream")
 ESTIMATE = Usage(2, 5, 7, source="estimated")

@@ -18,10 +18,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.samples import Sample
 
-from proxy.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
-from proxy.metrics import DURATION_BUCKETS, OVERHEAD_BUCKETS, TTFT_BUCKETS, ProxyMetrics
-from proxy.normalize.tables import FIXES
-from proxy.usage import estimated_usage
+from proxy.core.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
+from proxy.core.fixes import FIXES
+from proxy.core.usage import estimated_usage
+from proxy.ops.metrics import DURATION_BUCKETS, OVERHEAD_BUCKETS, TTFT_BUCKETS, ProxyMetrics
 from tests.metrics_support import (
     ALPHA_KEY,
     BETA_KEY,

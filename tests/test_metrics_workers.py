@@ -23,7 +23,7 @@ import orjson
 import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from proxy.usage import estimated_usage
+from proxy.core.usage import estimated_usage
 from tests.harness import free_port
 from tests.metrics_support import (
     ALPHA_KEY,

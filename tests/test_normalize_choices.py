@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer
-from proxy.sse import SSEDecoder
 
 DONE = b"[DONE]"
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.errors import ProxyError, to_openai_error
+from proxy.core.errors import ProxyError, to_openai_error
+from proxy.core.sse import SSEDecoder
+from proxy.http.upstream import status_error
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
-from proxy.sse import SSEDecoder
-from proxy.upstream import status_error
 from tests.replay import CLIENT_MODEL, Golden, check_stream, check_whole, goldens, parse_frames
 
 CREATED = 1_600_000_000  # the request time the normalizer falls back to

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer
-from proxy.sse import SSEDecoder
 from tests.replay import Golden, goldens
 from tests.test_normalize_fixtures import context
 

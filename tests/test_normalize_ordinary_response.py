@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.errors import ProxyError
-from proxy.normalize import RequestContext, legacy
+from proxy.core.errors import ProxyError
+from proxy.normalize import RequestContext
+from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.response import Normalized, _Builder, _ordinary, normalize_response
 from tests.replay import FIXTURES, Golden, goldens
 from tests.test_normalize_fixtures import context
@@ -42,8 +43,9 @@ def _outcome(make: Any) -> Normalized | str:
 def _general(raw: bytes, ctx: RequestContext) -> Normalized:
     """normalize_response without the shortcut: its first steps, then the builder."""
     body = orjson.loads(raw)
-    if ctx.dialect != "openai":
-        body = legacy.adapt_response(body, ctx)
+    adapt = DIALECTS[ctx.dialect].adapt_response
+    if adapt is not None:
+        body = adapt(body, ctx)
     return _Builder(ctx).build(body, body["choices"])
 
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.errors import UpstreamProtocolError
+from proxy.core.errors import UpstreamProtocolError
+from proxy.core.request import Endpoint
+from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
-from proxy.normalize.fields import Endpoint
-from proxy.sse import SSEDecoder
 from tests.schema import validate, validate_completion_chunk
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -212,7 +212,7 @@ def test_arbitrary_whole_responses(endpoint: Endpoint) -> None:
         try:
             result = normalize_response(raw, ctx)
         except Exception as exc:  # only the documented upstream errors may come out
-            from proxy.errors import UpstreamError
+            from proxy.core.errors import UpstreamError
 
             assert isinstance(exc, UpstreamError), repr(exc)
             return

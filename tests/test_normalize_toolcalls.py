@@ -13,11 +13,11 @@ from typing import Any
 import orjson
 import pytest
 
+from proxy.core.fixes import FIX_TOOL_CALLS
+from proxy.core.sse import Event
+from proxy.core.usage import estimated_usage
 from proxy.normalize import RequestContext, StreamNormalizer
-from proxy.normalize.tables import FIX_TOOL_CALLS
 from proxy.normalize.toolcalls import ToolCalls
-from proxy.sse import Event
-from proxy.usage import estimated_usage
 
 MADE_UP = "<made up>"  # an id the proxy had to invent: checked for its shape, not its value
 

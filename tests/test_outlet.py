@@ -1,4 +1,4 @@
-"""The worker's stderr (``proxy.outlet``): lines in order and whole, and a reader that stalls
+"""The worker's stderr (``proxy.ops.outlet``): lines in order and whole, and a reader that stalls
 never stalls the event loop: what it cannot take waits, then is dropped and counted."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.outlet import RETRY, Outlet, OutletHandler
+from proxy.ops.outlet import RETRY, Outlet, OutletHandler
 from tests.metrics_support import (
     ALPHA_KEY,
     CLI,

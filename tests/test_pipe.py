@@ -1,4 +1,4 @@
-"""``proxy.pipe``: a stream relayed in the loop's callbacks, from a real upstream connection (a
+"""``proxy.http.pipe``: a stream relayed in the loop's callbacks, from a real upstream connection (a
 bare TCP server, ``proxy.http``'s connection and body) to a real client transport (one end of a
 socket pair; the test reads the other). They fail if the pipe relays anything differently from
 a task reading the body itself.
@@ -19,14 +19,14 @@ import orjson
 import pytest
 from yarl import URL
 
-from proxy.deadline import Deadline, Deadlines
-from proxy.exchange import Exchange
+from proxy.core.exchange import Exchange
+from proxy.core.sse import SSEDecoder
 from proxy.http.connection import HIGH_WATER, BrokenAnswer, InvalidAnswer
+from proxy.http.deadline import Deadline, Deadlines
+from proxy.http.pipe import STEPS, Pipe, Relays, frames_for
 from proxy.http.pool import Pool
+from proxy.http.upstream import Destination, Target, UpstreamClient, UpstreamResponse
 from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
-from proxy.pipe import STEPS, Pipe, Relays, frames_for
-from proxy.sse import SSEDecoder
-from proxy.upstream import Destination, Target, UpstreamClient, UpstreamResponse
 from tests.replay import dechunk
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from yarl import URL
 
-from proxy.errors import UpstreamError
+from proxy.core.errors import UpstreamError
 from proxy.http.pool import Pool, Slots
-from proxy.upstream import Destination, Target, UpstreamClient, read_whole
+from proxy.http.upstream import Destination, Target, UpstreamClient, read_whole
 
 ANSWER = (Path(__file__).parent / "fixtures" / "providers" / "openai.chat.json").read_bytes()
 KEPT = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (

@@ -214,7 +214,7 @@ PACE = 0.001
 @pytest.fixture(scope="module")
 def paced_url(fixture_dir: Path) -> Iterator[str]:
     """A proxy whose upstream sends each event in a read of its own, as providers do: from a
-    stream's second read on, the relay's pipe takes it (proxy.pipe)."""
+    stream's second read on, the relay's pipe takes it (proxy.http.pipe)."""
     with running_servers(fixture_dir, chunk_delay=PACE) as servers:
         url, _ = servers.start_proxy(golden_models())
         yield url

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import UpstreamStatusError
-from proxy.redact import Redactor
+from proxy.core.errors import UpstreamStatusError
+from proxy.core.redact import Redactor
 
 REDACT = Redactor(["sk-secret-value", "a/b+c=d&e", "sk-secret-value-longer"])
 

@@ -416,7 +416,7 @@ async def test_a_failed_request_leaves_nothing_to_the_cycle_collector(
     """A request that failed is freed as it ends, by reference counts, as one that succeeded
     is: not left in a cycle through its exception's traceback for the cycle collector, which
     with an upstream refusing every request cost each a fifth to a third more CPU, and paused
-    the workers for 150 to 527 ms at a time in full collections (``proxy.errors.handled``)."""
+    the workers for 150 to 527 ms at a time in full collections (``proxy.core.errors.handled``)."""
     models = {
         "m-status-500": {"provider": "emu", "model": "openai@status=500"},
         "m-status-429": {"provider": "emu", "model": "openai@status=429"},

@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from proxy.config import Config, Team, parse_config
-from proxy.errors import ModelNotFound, PermissionDenied
-from proxy.routing import ModelTable, allowed_models, describe_routes, may_use
+from proxy.core.config import Config, Team, parse_config
+from proxy.core.errors import ModelNotFound, PermissionDenied
+from proxy.core.routing import ModelTable, allowed_models, describe_routes, may_use
 
 CONFIG_YAML = """
 providers:

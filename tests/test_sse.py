@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.errors import UpstreamProtocolError
-from proxy.sse import DONE_FRAME, Event, SSEDecoder, encode_data, is_done
+from proxy.core.errors import UpstreamProtocolError
+from proxy.core.sse import DONE_FRAME, Event, SSEDecoder, encode_data, is_done
 
 FIXTURES = Path(__file__).parent / "fixtures" / "providers"
 SSE_FILES = sorted(FIXTURES.glob("*.sse"))

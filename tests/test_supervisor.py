@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.server import RESTART_DELAY_MAX, RESTART_DELAY_MIN, STABLE_SECONDS, Restarts
+from proxy.ops.server import RESTART_DELAY_MAX, RESTART_DELAY_MIN, STABLE_SECONDS, Restarts
 from tests.harness import free_port
 from tests.metrics_support import (
     ROOT,
@@ -96,13 +96,13 @@ def test_a_worker_that_cannot_start_is_retried_ever_later_while_the_other_serves
         assert http_status(served.root + "/readyz")[0] == 200
 
 
-# The supervisor (proxy.server._run_workers) with a multiprocessing context whose third start,
+# The supervisor (proxy.ops.server._run_workers) with a multiprocessing context whose third start,
 # a dead worker's successor, is followed at once by the supervisor's own SIGTERM: the signal comes
 # while the slot still holds the dead worker, as it can when a stop and a restart meet.
 _STOPPED_WHILE_STARTING = """
 import multiprocessing.context, os, signal, sys, threading, time
 from pathlib import Path
-from proxy.server import Listen, _run_workers
+from proxy.ops.server import Listen, _run_workers
 
 started = []
 

@@ -1,6 +1,6 @@
 """The proxy's requests to a provider, and the answers it must cope with, byte by byte.
 
-``proxy.upstream`` writes each request itself and ``proxy.http.connection`` reads the answer
+``proxy.http.upstream`` writes each request itself and ``proxy.http.connection`` reads the answer
 with httptools' parser. The upstream here is a bare TCP server (no HTTP library), so that what
 the proxy sends is seen as it is on the wire and the answers can be framed every way HTTP/1.1
 allows, or not at all.
@@ -24,9 +24,9 @@ import orjson
 import pytest
 from yarl import URL
 
-from proxy.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
+from proxy.core.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from proxy.http.pool import DNS_TTL, KEEPALIVE, Pool
-from proxy.upstream import Destination, Target, UpstreamClient, read_whole, request_head
+from proxy.http.upstream import Destination, Target, UpstreamClient, read_whole, request_head
 from tests.harness import (
     TEAM_KEY,
     UPSTREAM_SECRET,
@@ -115,7 +115,7 @@ def _large_answer(mib: int) -> bytes:
     return _ok(f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n", body)
 
 
-# More than the proxy takes for a whole answer (proxy.relay.RESPONSE_LIMIT, 64 MiB).
+# More than the proxy takes for a whole answer (proxy.http.relay.RESPONSE_LIMIT, 64 MiB).
 HUGE_MIB = 65
 
 
@@ -371,7 +371,7 @@ async def test_the_request_on_the_wire(servers: Servers, wire: WireUpstream) -> 
 
 
 async def test_a_large_body_goes_out_whole(servers: Servers, wire: WireUpstream) -> None:
-    """A body past the size that is written in one piece with the head (proxy.upstream)."""
+    """A body past the size that is written in one piece with the head (proxy.http.upstream)."""
     url = proxy_for(servers, wire, "length")
     messages = [{"role": "user", "content": "é" * 300_000}]  # 600 kB of UTF-8
     client = openai.AsyncOpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0)
@@ -610,7 +610,7 @@ async def test_an_event_over_the_bound_after_the_first_byte_leaves_no_cycle(
     servers: Servers, wire: WireUpstream
 ) -> None:
     """The stream ends in an error event; its request is freed by reference counts, not left
-    to the cycle collector through the error's traceback (``proxy.errors.handled``)."""
+    to the cycle collector through the error's traceback (``proxy.core.errors.handled``)."""
     url = proxy_for(servers, wire, "oversized")
     with collector_off():
         for _ in range(2):

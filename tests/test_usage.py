@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.core.usage import estimated_usage, prompt_chars
 from proxy.normalize import RequestContext
-from proxy.usage import estimated_usage, prompt_chars
 
 CASES: list[tuple[str, object, int]] = [
     ("a prompt string", "Say hi", 6),

@@ -2,7 +2,7 @@
 
 One entry per upstream API family (a provider's ``api`` setting), registered in ``API_FAMILIES``;
 today the tolerant OpenAI-compatible normalizer serves every ``api: openai`` provider, with the
-legacy dialects of ``legacy.py`` adapted on the way in.
+upstream dialects of ``dialects/`` adapted on the way in.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from proxy.normalize.fields import Endpoint, RequestContext
-from proxy.normalize.legacy import DIALECTS
+from proxy.core.fixes import FIXES
+from proxy.core.request import Endpoint
+from proxy.normalize.dialects import DIALECTS
+from proxy.normalize.fields import RequestContext
 from proxy.normalize.response import Normalized, normalize_response
 from proxy.normalize.stream import StreamNormalizer
-from proxy.normalize.tables import FIXES
 
 __all__ = [
     "API_FAMILIES",

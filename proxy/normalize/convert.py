@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from proxy.core.sse import DONE_FRAME, encode_data
 from proxy.normalize.fields import RequestContext
-from proxy.sse import DONE_FRAME, encode_data
 
 _DELTA_KEYS = ("role", "content", "reasoning_content", "refusal", "function_call")
 # Envelope fields that the normalizers keep from the upstream (CANONICAL.md section 1).

@@ -6,23 +6,24 @@ import math
 import secrets
 import string
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from proxy.errors import UpstreamStatusError
+from proxy.core.errors import UpstreamStatusError
+from proxy.core.fixes import (
+    FIX_CONTENT_PARTS,
+    FIX_REASONING,
+)
+from proxy.core.redact import Redactor
+from proxy.core.request import Endpoint
 from proxy.normalize.tables import (
     CHAT_LOGPROBS_KEYS,
     COMPLETION_LOGPROBS_KEYS,
     ERROR_FINISH_REASONS,
     FINISH_REASONS,
-    FIX_CONTENT_PARTS,
-    FIX_REASONING,
     NO_FINISH_REASON,
     REASONING_KEYS,
     SERVICE_TIERS,
 )
-from proxy.redact import Redactor
-
-Endpoint = Literal["chat", "completions"]
 
 _ALNUM = string.ascii_letters + string.digits
 
@@ -32,7 +33,7 @@ class RequestContext:
     """What the normalizer needs to know of the request it answers.
 
     Not frozen, like the other objects made for every request (``ClientRequest``, ``Attempt``,
-    ``Answer``, ``Normalized``, ``Usage``, ``proxy.exchange.Exchange``): a frozen dataclass's
+    ``Answer``, ``Normalized``, ``Usage``, ``proxy.core.exchange.Exchange``): a frozen dataclass's
     ``__init__`` sets each field through ``object.__setattr__``, several times slower than a
     plain store. Nothing changes them once made.
     """

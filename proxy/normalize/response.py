@@ -12,8 +12,17 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import UpstreamProtocolError
-from proxy.normalize import legacy
+from proxy.core.errors import UpstreamProtocolError
+from proxy.core.fixes import (
+    FIX_ENVELOPE,
+    FIX_EXTRAS,
+    FIX_FINISH_REASON,
+    FIX_FINISH_SYNTHESIZED,
+    FIX_TOOL_CALLS,
+    FIX_USAGE,
+)
+from proxy.core.usage import Usage, canonical_usage, estimated_usage, prompt_chars, usage_value
+from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.fields import (
     RequestContext,
     canonical_finish_reason,
@@ -29,15 +38,8 @@ from proxy.normalize.fields import (
 )
 from proxy.normalize.tables import (
     ENVELOPE_TEXT_MAX,
-    FIX_ENVELOPE,
-    FIX_EXTRAS,
-    FIX_FINISH_REASON,
-    FIX_FINISH_SYNTHESIZED,
-    FIX_TOOL_CALLS,
-    FIX_USAGE,
     STOP_MEANS_TOOL_CALLS,
 )
-from proxy.usage import Usage, canonical_usage, estimated_usage, prompt_chars, usage_value
 
 _RESPONSE_KEYS = frozenset(
     {"id", "object", "created", "model", "choices", "usage", "system_fingerprint", "service_tier"}
@@ -67,8 +69,9 @@ def normalize_response(raw: bytes, ctx: RequestContext) -> Normalized:
         raise UpstreamProtocolError("The upstream answered with a body that is not JSON") from exc
     if not isinstance(body, dict):
         raise UpstreamProtocolError("The upstream answered with JSON that is not an object")
-    if ctx.dialect != "openai":
-        body = legacy.adapt_response(body, ctx)
+    adapt = DIALECTS[ctx.dialect].adapt_response
+    if adapt is not None:
+        body = adapt(body, ctx)
     choices = body.get("choices")
     if body.get("error") and not choices:
         raise upstream_error(body["error"])

@@ -19,8 +19,29 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import ProxyError, UpstreamProtocolError, error_body
-from proxy.normalize import legacy
+from proxy.core.errors import ProxyError, UpstreamProtocolError, error_body
+from proxy.core.fixes import (
+    FIX_CUT_SHORT,
+    FIX_EMPTY_CHUNK,
+    FIX_ENVELOPE,
+    FIX_ERROR_EVENT,
+    FIX_EXTRAS,
+    FIX_FINISH_REASON,
+    FIX_FINISH_SYNTHESIZED,
+    FIX_LEGACY,
+    FIX_ROLE,
+    FIX_USAGE,
+)
+from proxy.core.sse import DONE_FRAME, Event, encode_data, is_done
+from proxy.core.usage import (
+    Usage,
+    canonical_usage,
+    estimated_usage,
+    prompt_chars,
+    sum_usage,
+    usage_value,
+)
+from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.fields import (
     RequestContext,
     canonical_finish_reason,
@@ -35,28 +56,10 @@ from proxy.normalize.fields import (
 )
 from proxy.normalize.tables import (
     ENVELOPE_TEXT_MAX,
-    FIX_CUT_SHORT,
-    FIX_EMPTY_CHUNK,
-    FIX_ENVELOPE,
-    FIX_ERROR_EVENT,
-    FIX_EXTRAS,
-    FIX_FINISH_REASON,
-    FIX_FINISH_SYNTHESIZED,
-    FIX_ROLE,
-    FIX_USAGE,
     REASONING_KEYS,
     STOP_MEANS_TOOL_CALLS,
 )
 from proxy.normalize.toolcalls import ToolCalls
-from proxy.sse import DONE_FRAME, Event, encode_data, is_done
-from proxy.usage import (
-    Usage,
-    canonical_usage,
-    estimated_usage,
-    prompt_chars,
-    sum_usage,
-    usage_value,
-)
 
 _CHUNK_KEYS = frozenset(
     {"id", "object", "created", "model", "choices", "system_fingerprint", "service_tier"}
@@ -105,7 +108,9 @@ class StreamNormalizer:
         # Frame heads for ordinary content chunks, by choice index (``_ordinary``); emptied
         # whenever what they were made of changes (the fingerprint).
         self._heads: dict[int, bytes] = {}
-        self._fast = self._chat and ctx.dialect == "openai"
+        # The upstream's own events need the dialect's adapter first, unless it speaks OpenAI's.
+        self._adapt = DIALECTS[ctx.dialect].adapt_event
+        self._fast = self._chat and self._adapt is None
         # A chat stream whose client asked for one choice may still bring several (a default
         # n, best_of), or TGI <= 2.0's token positions as indices (``_index``, ``_holds``).
         self._single = self._chat and ctx.n <= 1
@@ -140,11 +145,12 @@ class StreamNormalizer:
             frame = self._ordinary(payload)
             if frame is not None:
                 return [frame]
-        if self.ctx.dialect != "openai":
-            adapted, complete = legacy.adapt_event(payload, self.ctx)
+        adapt = self._adapt
+        if adapt is not None:
+            adapted, complete = adapt(payload, self.ctx)
             self._complete = self._complete or complete
             if adapted is not payload:
-                self.fixes.add(legacy.FIX)
+                self.fixes.add(FIX_LEGACY)
             if adapted is None:
                 return []
             payload = adapted

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import UpstreamProtocolError
+from proxy.core.errors import UpstreamProtocolError
+from proxy.core.fixes import FIX_TOOL_CALLS
 from proxy.normalize.fields import make_call_id
-from proxy.normalize.tables import FIX_TOOL_CALLS
 
 # The most argument text kept for calls whose name has not come yet: one that never names
 # itself would otherwise be buffered for as long as the stream lasts.

@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Final
 
-# How long ended requests are held before the observers are told (proxy.app): off the path of
+# How long ended requests are held before the observers are told (proxy.http.app): off the path of
 # the requests that follow, and done with its code and data warm from one request to the next.
-# Access log lines are this much later, and metrics up to proxy.metrics.FLUSH_DELAY more; a
+# Access log lines are this much later, and metrics up to proxy.ops.metrics.FLUSH_DELAY more; a
 # scrape on the main listener writes them out first.
 REPORT_DELAY: Final = 0.005
 
@@ -29,7 +29,7 @@ class Batch:
         self._delay = delay
         self._handle: asyncio.Handle | None = None
         # The loop of the last touch: asking for the running one on every touch is a getpid()
-        # system call on Python 3.11 (proxy.deadline.Deadlines says more). One that stopped
+        # system call on Python 3.11 (proxy.http.deadline.Deadlines says more). One that stopped
         # running (a test's, gone) is asked for again. Touched from its loop's thread only.
         self._loop: asyncio.AbstractEventLoop | None = None
 

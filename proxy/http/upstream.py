@@ -1,7 +1,7 @@
 """Requests to providers, and their failures mapped: the only user of ``proxy.http``'s client.
 
 Every exception that can come out of talking to a provider (the socket's, the parser's, a
-timeout) is translated here into ``proxy.errors`` (the httpcore ``map_exceptions`` pattern),
+timeout) is translated here into ``proxy.core.errors`` (the httpcore ``map_exceptions`` pattern),
 always ``from`` the cause.
 
 Every request to one endpoint of one provider is the same bytes but for its body and length, so
@@ -25,8 +25,8 @@ import orjson
 from yarl import URL
 
 from proxy import __version__
-from proxy.config import MAX_CONNECTIONS, Provider
-from proxy.errors import (
+from proxy.core.config import MAX_CONNECTIONS, Provider
+from proxy.core.errors import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamProtocolError,
@@ -36,18 +36,11 @@ from proxy.errors import (
 from proxy.http.connection import Body, BrokenAnswer, InvalidAnswer, UpstreamConnection
 from proxy.http.pool import Origin, Pool, Slots
 from proxy.normalize import Endpoint
+from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.fields import upstream_error
 
 # An upstream's error body is read up to this size; the rest is of no use to anybody.
 ERROR_BODY_LIMIT: Final = 64 * 1024
-_PATHS: Final[Mapping[tuple[str, Endpoint], str]] = {
-    ("openai", "chat"): "/chat/completions",
-    ("openai", "completions"): "/completions",
-    ("friendli-2024", "chat"): "/chat/completions",
-    ("friendli-2024", "completions"): "/completions",
-    # Maritaca's legacy endpoint: base_url is https://chat.maritaca.ai/api
-    ("maritaca-inference", "chat"): "/chat/inference",
-}
 _AUTH_HEADERS: Final = frozenset({"authorization", "api-key", "x-api-key"})
 # Added to every request unless the configuration sets them; Accept-Encoding lists exactly the
 # codings proxy.http.connection undoes.
@@ -113,8 +106,7 @@ def target_for(provider: Provider) -> Target:
         headers["Authorization"] = f"Bearer {provider.api_key}"
     destinations = {
         endpoint: Destination(URL(provider.base_url + path).extend_query(provider.query), headers)
-        for (dialect, endpoint), path in _PATHS.items()
-        if dialect == provider.dialect
+        for endpoint, path in DIALECTS[provider.dialect].paths.items()
     }
     return Target(destinations, provider.timeouts.connect, Slots(provider.max_connections))
 

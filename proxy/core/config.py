@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import Final
 from urllib.parse import urlsplit
 
-from proxy.checker import (
+from proxy.core.checker import (
     Checker,
     Invalid,
     boolean,
@@ -41,12 +41,13 @@ from proxy.checker import (
     read_yaml,
     text,
 )
-from proxy.errors import ConfigError
-from proxy.normalize.legacy import DIALECTS as LEGACY_DIALECTS
+from proxy.core.errors import ConfigError
 
 APIS = frozenset({"openai"})
-# The event shapes the normalizer can read (proxy.normalize.legacy is their one list).
-DIALECTS = frozenset(LEGACY_DIALECTS)
+# The names a provider's ``dialect`` may take: the configuration's vocabulary, which the core
+# checks without knowing what they mean; proxy.normalize.dialects registers one module for each
+# (tests/test_layers.py holds the two to the same names).
+DIALECTS = frozenset({"openai", "friendli-2024", "maritaca-inference"})
 _NO_STRINGS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -110,7 +111,7 @@ class Server:
     # After SIGTERM: keep serving, /readyz answering 503, for this long before the listener
     # closes, so that load balancers see the worker leave before connections are refused.
     shutdown_delay: float = 0.0
-    # Seconds between a worker's runs of the cycle collector (proxy.collector); 0 leaves the
+    # Seconds between a worker's runs of the cycle collector (proxy.ops.collector); 0 leaves the
     # collector to CPython's own allocation counts.
     gc_interval: float = 0.1
 
@@ -434,7 +435,7 @@ def _parse_team(
     return Team(name, tuple(digests), models)
 
 
-# --- the readers of this contract's own values (the general ones are in proxy.checker) ------
+# --- the readers of this contract's own values (the general ones are in proxy.core.checker) ------
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 section 5.6.2, token
 # How a request is framed and its connection kept (RFC 9112 6, RFC 9110 7.6.1 and 10.1.1): the

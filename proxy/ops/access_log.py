@@ -4,12 +4,12 @@ Fields (``access_record``): ts (ISO-8601 UTC, when the request finished), reques
 model, provider, endpoint, path (the request's, at most 256 characters), stream, status,
 error_type, upstream_error, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens,
 usage_source, duration_s, ttft_s, overhead_s, upstream_s, client_disconnected, fixes. The
-tokens are those the metrics count (``proxy.metering.metered_usage``), null when nothing was
+tokens are those the metrics count (``proxy.core.metering.metered_usage``), null when nothing was
 metered. No key, prompt, completion or header is ever written: the ``Exchange`` holds none.
 
 The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
 worker's ``Outlet``, without ``logging``, which cost measurably more and a write(2) per line.
-Requests are reported every few milliseconds (``proxy.batch.REPORT_DELAY``), and the lines of
+Requests are reported every few milliseconds (``proxy.http.batch.REPORT_DELAY``), and the lines of
 one event-loop turn go to the outlet together, which writes them in writes of at most
 ``PIPE_BUF`` bytes cut at line ends, and never waits for a reader that has stalled.
 """
@@ -22,17 +22,17 @@ from typing import Any
 
 import orjson
 
-from proxy.batch import Batch
-from proxy.exchange import Exchange
-from proxy.metering import (
+from proxy.core.exchange import Exchange
+from proxy.core.metering import (
     counted_fixes,
     endpoint_label,
     metered_usage,
     status_of,
     time_to_first_token,
 )
-from proxy.outlet import Outlet
-from proxy.state import Observer
+from proxy.http.batch import Batch
+from proxy.http.state import Observer
+from proxy.ops.outlet import Outlet
 
 
 def _seconds(value: float | None) -> float | None:

@@ -29,13 +29,13 @@ from typing import Final
 
 import orjson
 
-from proxy.deadline import Deadline
-from proxy.errors import UpstreamError, UpstreamProtocolError, handled
-from proxy.exchange import Exchange
+from proxy.core.errors import UpstreamError, UpstreamProtocolError, handled
+from proxy.core.exchange import Exchange
+from proxy.core.sse import Event, SSEDecoder
 from proxy.http.connection import Body
+from proxy.http.deadline import Deadline
+from proxy.http.upstream import TRANSPORT_ERRORS, upstream_error_for
 from proxy.normalize import StreamNormalizer
-from proxy.sse import Event, SSEDecoder
-from proxy.upstream import TRANSPORT_ERRORS, upstream_error_for
 
 __all__ = ["STEPS", "Pipe", "Relays", "frames_for"]
 

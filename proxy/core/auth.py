@@ -10,8 +10,8 @@ import hmac
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from proxy.config import Team, key_digest
-from proxy.errors import AuthenticationFailed
+from proxy.core.config import Team, key_digest
+from proxy.core.errors import AuthenticationFailed
 
 MISSING_KEY = "Missing API key: send Authorization: Bearer <key>"
 INVALID_KEY = "Invalid API key"

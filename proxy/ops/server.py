@@ -36,14 +36,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import mark_process_dead
 
-from proxy.access_log import AccessLog
-from proxy.app import Gateway, Observer, Runtime, State
-from proxy.collector import Collector
-from proxy.config import Config, load_config
-from proxy.errors import ConfigError, InvalidRequest, ProxyError, error_body
-from proxy.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
-from proxy.outlet import Outlet, OutletHandler
-from proxy.reply import JsonReply
+from proxy.core.config import Config, load_config
+from proxy.core.errors import ConfigError, InvalidRequest, ProxyError, error_body
+from proxy.http.app import Gateway, Observer, Runtime, State
+from proxy.http.reply import JsonReply
+from proxy.ops.access_log import AccessLog
+from proxy.ops.collector import Collector
+from proxy.ops.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
+from proxy.ops.outlet import Outlet, OutletHandler
 
 log = logging.getLogger("proxy.server")
 
@@ -157,7 +157,7 @@ class ProxyRunner(web.ServerRunner):
             gateway.handle,
             # A client that goes away cancels its handler, which closes the upstream request.
             handler_cancellation=True,
-            access_log=None,  # ours is proxy.access_log, one JSON line per API request
+            access_log=None,  # ours is proxy.ops.access_log, one JSON line per API request
             # aiohttp closes a connection that has not sent a whole request (its headers) within
             # the keep-alive timeout, from the moment it opens: this bounds a slow client's
             # headers as read_timeout bounds its body, and idle keep-alive connections alike.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proxy.errors import ProxyError
-from proxy.usage import Usage
+from proxy.core.errors import ProxyError
+from proxy.core.usage import Usage
 
 # Label values for requests that never got as far as a configured team, model or provider:
 # metric labels stay bounded whatever keys and model names clients make up.

@@ -13,15 +13,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from proxy.auth import KeyRing
-from proxy.circuit import CircuitBreaker
-from proxy.config import Config, Deployment, Model, Routing
-from proxy.deadline import Deadlines
-from proxy.exchange import Exchange
-from proxy.pipe import Relays
-from proxy.redact import Redactor
-from proxy.routing import ModelTable
-from proxy.upstream import Target, UpstreamClient, target_for
+from proxy.core.auth import KeyRing
+from proxy.core.circuit import CircuitBreaker
+from proxy.core.config import Config, Deployment, Model, Routing
+from proxy.core.exchange import Exchange
+from proxy.core.redact import Redactor
+from proxy.core.routing import ModelTable
+from proxy.http.deadline import Deadlines
+from proxy.http.pipe import Relays
+from proxy.http.upstream import Target, UpstreamClient, target_for
 
 # (model name, provider, upstream model): a deployment, as configured.
 DeploymentKey = tuple[str, str, str]
@@ -47,12 +47,12 @@ class Observer:
         """A configuration reload was applied (``ok``) or refused."""
 
     def collected(self, full: bool, seconds: float) -> None:
-        """The worker's cycle collector ran (``proxy.collector``), in full or its young
+        """The worker's cycle collector ran (``proxy.ops.collector``), in full or its young
         generations, and held the loop for ``seconds``."""
 
     def lines_dropped(self, count: int) -> None:
         """``count`` lines of log (access or diagnostic) were dropped: the worker's stderr was
-        not being read (``proxy.outlet``)."""
+        not being read (``proxy.ops.outlet``)."""
 
     def flush(self) -> None:
         """Write out what is held now (a scrape of /metrics is about to read it)."""

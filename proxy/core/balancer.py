@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from proxy.circuit import CircuitBreaker
-from proxy.config import Deployment, Model, RetryPolicy
-from proxy.errors import (
+from proxy.core.circuit import CircuitBreaker
+from proxy.core.config import Deployment, Model, RetryPolicy
+from proxy.core.errors import (
     ProxyError,
     UpstreamConnectError,
     UpstreamError,

@@ -5,7 +5,7 @@ relayed event, a large share of a worker's time under many slow streams (docs/pe
 and two timers per non-streamed request. Here moving the deadline is an attribute store; the
 one armed timer, when it fires early, re-arms itself at the current deadline, and only an
 expired deadline cancels the task. An attempt makes one ``Deadline`` and moves it from its
-first-byte limit to its idle and total limits (``proxy.completion``, ``proxy.relay``).
+first-byte limit to its idle and total limits (``proxy.http.completion``, ``proxy.http.relay``).
 
 Most deadlines are closed within milliseconds (a non-streamed answer comes back), so a deadline
 gets a loop timer of its own only once it has been open for a tick (``Deadlines``): until then

@@ -1,7 +1,7 @@
 """The Prometheus collectors, built on an injected registry, and their exposition on /metrics.
 
 ``ProxyMetrics`` is an ``Observer``: it counts each API request once, when it finishes, in the
-label values of ``proxy.metering``. docs/metrics.md lists every metric; the names are
+label values of ``proxy.core.metering``. docs/metrics.md lists every metric; the names are
 a contract with dashboards and alert rules, so they change only with them.
 
 With several workers, prometheus_client's multiprocess mode keeps each worker's values in files
@@ -24,12 +24,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from proxy.app import Handler, error_response
-from proxy.batch import Batch
-from proxy.config import Deployment
-from proxy.errors import AuthenticationFailed
-from proxy.exchange import Exchange
-from proxy.metering import (
+from proxy.core.config import Deployment
+from proxy.core.errors import AuthenticationFailed
+from proxy.core.exchange import Exchange
+from proxy.core.fixes import FIXES
+from proxy.core.metering import (
     ENDPOINTS,
     TOKEN_TYPES,
     UPSTREAM_ERROR_KINDS,
@@ -43,8 +42,9 @@ from proxy.metering import (
     token_amounts,
     upstream_error_kind,
 )
-from proxy.normalize.tables import FIXES
-from proxy.state import Observer
+from proxy.http.app import Handler, error_response
+from proxy.http.batch import Batch
+from proxy.http.state import Observer
 
 # The format generate_latest writes. prometheus_client's CONTENT_TYPE_LATEST follows its newest
 # text format (version=1.0.0 in 0.26), which is not what this body is.
@@ -76,7 +76,7 @@ GC_BUCKETS: Final = (
 _CIRCUIT_VALUES: Final = {"closed": 0, "half_open": 1, "open": 2}
 
 # How long increments are held before they are written. A flush costs a locked write per series
-# it touches, however many requests touched it: flushed at each proxy.batch.REPORT_DELAY, that
+# it touches, however many requests touched it: flushed at each proxy.http.batch.REPORT_DELAY, that
 # took a measurable share of a worker's time (docs/performance.md), for figures no scrape reads
 # that soon. A scrape on the main listener writes out its worker's first; the other workers' are at
 # most this late (after the REPORT_DELAY before they are told).

@@ -16,10 +16,9 @@ from typing import Final
 
 from aiohttp import HttpVersion11, web
 
-from proxy.balancer import AttemptPlan
-from proxy.config import Deployment, Model, Provider
-from proxy.deadline import Deadline
-from proxy.errors import (
+from proxy.core.balancer import AttemptPlan
+from proxy.core.config import Deployment, Model, Provider
+from proxy.core.errors import (
     BodyTooLarge,
     ExpectationFailed,
     InvalidRequest,
@@ -29,10 +28,11 @@ from proxy.errors import (
     UpstreamTimeout,
     handled,
 )
-from proxy.exchange import Exchange
+from proxy.core.exchange import Exchange
+from proxy.core.request import ClientRequest, parse_request, upstream_body
+from proxy.http.deadline import Deadline
 from proxy.http.pool import Slots
-from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
-from proxy.relay import (
+from proxy.http.relay import (
     SENT_AT_ONCE,
     Answer,
     relay_stream,
@@ -40,9 +40,9 @@ from proxy.relay import (
     send_large,
     whole_arrived,
 )
-from proxy.reply import JsonReply
-from proxy.request import ClientRequest, parse_request, upstream_body
-from proxy.state import Runtime, State
+from proxy.http.reply import JsonReply
+from proxy.http.state import Runtime, State
+from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
 
 log = logging.getLogger("proxy.routing")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from proxy.errors import UpstreamProtocolError
+from proxy.core.errors import UpstreamProtocolError
 
 __all__ = ["DONE_FRAME", "Event", "SSEDecoder", "encode_data", "is_done"]
 

@@ -4,7 +4,7 @@ Metrics and the access log read the same ``Exchange``; the rules that turn it in
 and token counts live here, once:
 
 - ``team``, ``model`` and ``provider`` are taken as the exchange holds them: ``app.py`` sets them
-  only from the configuration, else they keep the fixed fallbacks of ``proxy.exchange``, so a
+  only from the configuration, else they keep the fixed fallbacks of ``proxy.core.exchange``, so a
   made-up key or model name never becomes a label value;
 - every other label (endpoint, stream, status class, token type, source, error kind, fix) has a
   closed set of values, listed here;
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from proxy.exchange import Exchange
-from proxy.normalize.tables import FIXES
-from proxy.usage import Usage
+from proxy.core.exchange import Exchange
+from proxy.core.fixes import FIXES
+from proxy.core.usage import Usage
 
 ENDPOINTS: Final = ("chat", "completions", "models", "other")
 STREAM_VALUES: Final = ("true", "false")

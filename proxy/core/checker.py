@@ -1,8 +1,8 @@
-"""The parts of the configuration parser that know nothing of its contract (``proxy.config``).
+"""The parts of the configuration parser that know nothing of its contract (``proxy.core.config``).
 
 - ``Checker`` walks YAML-loaded values, substitutes environment references in every string
-  value (``${VAR}``, ``${VAR:-default}``, ``$${``; syntax in ``proxy.config``) and collects every
-  problem as ``path: what`` instead of stopping at the first;
+  value (``${VAR}``, ``${VAR:-default}``, ``$${``; syntax in ``proxy.core.config``) and
+  collects every problem as ``path: what`` instead of stopping at the first;
 - the readers (``text``, ``boolean``, ``int_reader`` ...) turn one value into a typed one or
   raise ``Invalid`` with what is wrong, never quoting the value (it may be a secret);
 - ``read_yaml`` reads a file with a loader that refuses a key given twice in one mapping.
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 T = TypeVar("T")
 _INTEGER = re.compile(r"[+-]?[0-9]+")

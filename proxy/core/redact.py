@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Final
 from urllib.parse import quote, quote_plus
 
-from proxy.errors import ProxyError
+from proxy.core.errors import ProxyError
 
 __all__ = ["MASK", "Redactor"]
 

@@ -25,23 +25,22 @@ from typing import Final, TypeVar
 import orjson
 from aiohttp import hdrs, web
 
-from proxy.config import Timeouts
-from proxy.deadline import Deadline
-from proxy.errors import (
+from proxy.core.config import Timeouts
+from proxy.core.errors import (
     ProxyError,
     UpstreamError,
     UpstreamProtocolError,
     UpstreamTimeout,
     handled,
 )
-from proxy.exchange import Exchange
-from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
-from proxy.normalize.convert import frames_from_response, response_from_frames
-from proxy.pipe import Pipe, Relays, frames_for
-from proxy.reply import JsonReply
-from proxy.sse import SSEDecoder
-from proxy.state import Observer
-from proxy.upstream import (
+from proxy.core.exchange import Exchange
+from proxy.core.sse import SSEDecoder
+from proxy.core.usage import Usage
+from proxy.http.deadline import Deadline
+from proxy.http.pipe import Pipe, Relays, frames_for
+from proxy.http.reply import JsonReply
+from proxy.http.state import Observer
+from proxy.http.upstream import (
     TRANSPORT_ERRORS,
     UpstreamResponse,
     mapped_errors,
@@ -49,7 +48,8 @@ from proxy.upstream import (
     read_whole,
     upstream_error_for,
 )
-from proxy.usage import Usage
+from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
+from proxy.normalize.convert import frames_from_response, response_from_frames
 
 T = TypeVar("T")
 
@@ -79,7 +79,7 @@ class Answer:
     timeouts: Timeouts
     deadline: float  # loop time by which the whole exchange must be over
     timer: Deadline  # the attempt's, moved to each wait's limit and closed when relayed
-    relays: Relays  # the loop's (proxy.pipe)
+    relays: Relays  # the loop's (proxy.http.pipe)
 
     def __init__(
         self,
@@ -337,7 +337,7 @@ async def _pump(
     loop = answer.timer.loop
     decoder = SSEDecoder()
     response: web.StreamResponse | None = None
-    # Once the response has started, the rest is relayed in the loop's callbacks (proxy.pipe).
+    # Once the response has started, the rest is relayed in the loop's callbacks (proxy.http.pipe).
     pipe: Pipe | None = None
     read = answer.response.content.readany
     timeouts = answer.timeouts

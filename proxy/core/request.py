@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import orjson
 
-from proxy.errors import InvalidRequest
-from proxy.normalize import Endpoint
+from proxy.core.errors import InvalidRequest
+
+# The OpenAI endpoints a completion request comes on.
+Endpoint = Literal["chat", "completions"]
 
 
 # Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).

@@ -20,11 +20,8 @@ from typing import Final, Literal
 import orjson
 from aiohttp import web
 
-from proxy.batch import REPORT_DELAY, Batch
-from proxy.completion import handle_completion
-from proxy.config import Config
-from proxy.deadline import Deadlines
-from proxy.errors import (
+from proxy.core.config import Config
+from proxy.core.errors import (
     AuthenticationFailed,
     MethodNotAllowed,
     NotFound,
@@ -34,12 +31,15 @@ from proxy.errors import (
     handled,
     to_openai_error,
 )
-from proxy.exchange import Exchange
+from proxy.core.exchange import Exchange
+from proxy.http.batch import REPORT_DELAY, Batch
+from proxy.http.completion import handle_completion
+from proxy.http.deadline import Deadlines
+from proxy.http.pipe import Relays
 from proxy.http.pool import Pool
-from proxy.pipe import Relays
-from proxy.reply import JsonReply
-from proxy.state import Observer, Runtime, State
-from proxy.upstream import UpstreamClient
+from proxy.http.reply import JsonReply
+from proxy.http.state import Observer, Runtime, State
+from proxy.http.upstream import UpstreamClient
 
 __all__ = ["Gateway", "Handler", "Observer", "Runtime", "State", "error_response"]
 
@@ -127,7 +127,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Open the upstream connection pool (one per process, keep-alive) and be ready."""
-        # No cookie jar either (proxy.upstream sends requests without ClientSession): a cookie
+        # No cookie jar either (proxy.http.upstream sends requests without ClientSession): a cookie
         # one upstream sets while answering one team must never ride along on another team's
         # request.
         self._pool = Pool()

@@ -12,13 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from proxy.config import hash_key, load_config
-from proxy.errors import ConfigError
-from proxy.routing import describe_routes
-from proxy.server import Listen, run, serve, serve_worker
+from proxy.core.config import hash_key, load_config
+from proxy.core.errors import ConfigError
+from proxy.core.routing import describe_routes
+from proxy.ops.server import Listen, run, serve, serve_worker
 
 # Shipped in the package (a link to config/demo.yaml in the repository).
-DEMO_CONFIG = Path(__file__).resolve().parent / "demo.yaml"
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo.yaml"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,14 +1,14 @@
 """(team, model name) -> configured model, and the routing table as text.
 
-Choosing among a model's deployments, and falling back between them, is ``proxy.balancer``'s.
+Choosing among a model's deployments, and falling back between them, is ``proxy.core.balancer``'s.
 """
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from proxy.config import Config, Deployment, Model, Team
-from proxy.errors import ModelNotFound, PermissionDenied
+from proxy.core.config import Config, Deployment, Model, Team
+from proxy.core.errors import ModelNotFound, PermissionDenied
 
 
 def may_use(team: Team, model: str) -> bool:

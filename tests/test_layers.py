@@ -1,0 +1,122 @@
+"""The package's folders are its layers, and imports point down only (issue 36):
+
+    ops        the server and supervisor, the CLI, metrics exposition, the access log
+    http       the upstream client, the relay, the handlers, the app
+    normalize  the normalizers and the upstream dialects (pure)
+    core       configuration, errors, auth, routing, usage, metering, the request model (pure)
+
+A module may import its own layer and those below it; the pure layers import neither aiohttp
+nor asyncio (nor any other I/O library). The emulator is a tool of its own beside them: it
+imports nothing of theirs, and only the CLI (ops) starts it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from proxy.core.config import DIALECTS as CONFIGURED
+from proxy.normalize.dialects import DIALECTS
+
+PACKAGE = Path(__file__).resolve().parent.parent / "proxy"
+LAYERS = ("core", "normalize", "http", "ops")
+PURE = frozenset({"core", "normalize"})
+IO = frozenset({"aiohttp", "asyncio", "uvloop", "httptools", "socket", "ssl", "selectors"})
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "proxy" else None
+
+
+def layer_violations(root: Path) -> list[str]:
+    found: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if len(relative.parts) == 1:
+            continue  # proxy/__init__.py and __main__.py, above every layer
+        own = relative.parts[0]
+        for line, module in _imports(path):
+            where = f"{relative}:{line}: {module}"
+            target = _layer(module)
+            if own == "emulator":
+                if target is not None and target != "emulator":
+                    found.append(f"{where} (the emulator imports no layer)")
+                continue
+            if own not in LAYERS:
+                found.append(f"{relative}: in no layer")
+                break
+            if target == "emulator":
+                if own != "ops":  # the CLI runs it (``llm-proxy emulator``, ``demo``)
+                    found.append(f"{where} (a layer imports the emulator)")
+            elif target is not None and target in LAYERS:
+                if LAYERS.index(target) > LAYERS.index(own):
+                    found.append(f"{where} (up from {own})")
+            elif target is not None:
+                found.append(f"{where} (a module outside the layers)")
+            if own in PURE and module.partition(".")[0] in IO:
+                found.append(f"{where} (I/O in the pure {own})")
+    return found
+
+
+def test_imports_point_down_only() -> None:
+    assert layer_violations(PACKAGE) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "source", "finding"),
+    [
+        ("ops/metrics.py", "from proxy.http.app import Gateway\n", None),
+        ("http/relay.py", "from proxy.ops.metrics import ProxyMetrics\n", "up from http"),
+        ("core/metering.py", "from proxy.normalize.tables import FIXES\n", "up from core"),
+        ("core/config.py", "import asyncio\n", "I/O in the pure core"),
+        ("normalize/stream.py", "from aiohttp import web\n", "I/O in the pure normalize"),
+        ("emulator/server.py", "from proxy.core.sse import Event\n", "the emulator imports"),
+        ("http/app.py", "from proxy.emulator import server\n", "a layer imports the emulator"),
+        ("ops/cli.py", "from proxy.emulator import server\n", None),
+    ],
+)
+def test_the_check_finds_each_kind_of_violation(
+    tmp_path: Path, path: str, source: str, finding: str | None
+) -> None:
+    module = tmp_path / path
+    module.parent.mkdir(parents=True)
+    module.write_text(source)
+    found = layer_violations(tmp_path)
+    if finding is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and finding in found[0], found
+
+
+def test_every_configured_dialect_has_its_module_and_no_other() -> None:
+    assert set(DIALECTS) == CONFIGURED
+    assert all(name == dialect.name for name, dialect in DIALECTS.items())
+
+
+def test_provider_knowledge_lives_in_the_dialects_alone() -> None:
+    """A dialect's name (or its paths) written anywhere but its own module and the configuration's
+    vocabulary would be a provider's particulars outside ``proxy/normalize/dialects``."""
+    marks = {"friendli-2024", "maritaca-inference", "/chat/inference"}
+    allowed = {PACKAGE / "core" / "config.py"}
+    found = [
+        f"{path.relative_to(PACKAGE)}: {mark}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path not in allowed and "dialects" not in path.parts and "emulator" not in path.parts
+        for mark in marks
+        if mark in path.read_text(encoding="utf-8")
+    ]
+    assert found == []
