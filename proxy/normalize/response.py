@@ -91,7 +91,7 @@ def _ordinary(body: dict[str, Any], choices: list[Any], ctx: RequestContext) -> 
     tool call, logprobs or annotation, counts in canonical shape, a sound envelope; nothing to
     fix but ``model``. That is most answers, and this is measurably quicker than the builder
     (docs/performance.md).
-    The answer is byte for byte the builder's (tests/test_normalize_ordinary_response.py).
+    The answer is byte for byte the builder's (tests/normalize/test_normalize_ordinary_response.py).
     """
     if len(choices) != 1 or not body.keys() <= _RESPONSE_KEYS:
         return None

@@ -437,7 +437,7 @@ def _supervise(listen: Listen) -> int:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     # Its lines (a worker died) through an outlet that never waits: waiting on a stderr nobody
     # reads, the supervisor started no worker in place of a dead one (it says so first), and did
-    # not exit on SIGTERM (tests/test_outlet.py).
+    # not exit on SIGTERM (tests/ops/test_outlet.py).
     try:
         with _logging_to(Outlet(2, patient=False), None):
             return _run_workers(listen, context, metrics_dir)
@@ -554,7 +554,7 @@ def _run_workers(
                 slot.process, slot.started = start_worker(), now
     # A SIGTERM that came while a worker was being started found its slot still holding the dead
     # one: the new worker was not told, and the join below would wait for it for good (seen in
-    # tests/test_outlet.py under load). Only those not told: a second SIGTERM could end a worker
+    # tests/ops/test_outlet.py under load). Only those not told: a second SIGTERM could end a worker
     # in its last writes.
     signal_workers(signal.SIGTERM, skip=told)
     status = 0

@@ -922,7 +922,7 @@ def test_no_credential_in_two_workers_answers_stderr_or_metrics(
     path = tmp_path / "proxy.yaml"
     path.write_text(yaml.safe_dump(config))
     log = tmp_path / "stderr.log"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "proxy", "serve", "--config", str(path)],

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from proxy.core.errors import UpstreamProtocolError
 from proxy.core.sse import DONE_FRAME, Event, SSEDecoder, encode_data, is_done
 
-FIXTURES = Path(__file__).parent / "fixtures" / "providers"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "providers"
 SSE_FILES = sorted(FIXTURES.glob("*.sse"))
 BOM = b"\xef\xbb\xbf"
 

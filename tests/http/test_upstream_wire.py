@@ -38,7 +38,7 @@ from tests.harness import (
 from tests.replay import GOLDEN, Golden, check_stream, parse_frames
 from tests.schema import validate
 
-FIXTURES = Path(__file__).parent / "fixtures" / "providers"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "providers"
 ANSWER = (FIXTURES / "openai.chat.json").read_bytes()
 STREAM = (FIXTURES / "openai.chat.stream.sse").read_bytes()
 CHAT = [{"role": "user", "content": "Hello"}]

@@ -27,7 +27,7 @@ import yaml
 from tests.harness import TEAM_KEY, Servers, free_port, running_servers
 from tests.replay import FIXTURES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DELAY = 0.2  # seconds between the emulator's events
 SLOW = "mistral.chat.stream.sse"  # 9 events: about 2 s at DELAY
 

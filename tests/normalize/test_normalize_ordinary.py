@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer
+from tests.normalize.test_normalize_fixtures import context
 from tests.replay import Golden, goldens
-from tests.test_normalize_fixtures import context
 
 STREAMS = [g for g in goldens() if g.stream]
 

@@ -15,7 +15,7 @@ import yaml
 
 from tests.tools import promtool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "llm-proxy.json"
 VARIABLES = ("team", "model", "provider")

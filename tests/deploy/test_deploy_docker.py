@@ -18,7 +18,7 @@ import yaml
 
 from proxy.core.config import Config, parse_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 
 
@@ -211,7 +211,7 @@ def test_the_context_keeps_out_what_the_image_must_not_hold() -> None:
     for path in (
         ".git/config",
         ".venv/bin/python",
-        "tests/test_deploy_docker.py",
+        "tests/deploy/test_deploy_docker.py",
         "keys.env",
         "deploy/kubernetes/secret.yaml",
         "bench/load.py",

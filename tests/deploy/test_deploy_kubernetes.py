@@ -5,8 +5,8 @@ The manifests are checked against the Kubernetes JSON schemas that kubernetes-va
 cluster needed) and the Prometheus Operator resources against schemas of its CRDs copied into
 tests/spec (deploy-schemas.md there says from where). The settings the pods depend on (ports,
 probe paths, drain time, workers, variables) are read from the ConfigMap's proxy.yaml with
-proxy.core.config, the way the proxy reads it. `python -m tests.test_deploy_kubernetes` rewrites
-prometheusrule.yaml from deploy/prometheus/rules.
+proxy.core.config, the way the proxy reads it. `python -m tests.deploy.test_deploy_kubernetes`
+rewrites prometheusrule.yaml from deploy/prometheus/rules.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import yaml
 from proxy.core.config import Config, parse_config
 from proxy.core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 RULES = ROOT / "deploy" / "prometheus" / "rules"
 SPEC = ROOT / "tests" / "spec"
@@ -167,9 +167,9 @@ def dockerfile(instruction: str) -> str:
 
 PROMETHEUS_RULE_HEADER = """\
 # The rules of deploy/prometheus/rules (recording rules and alerts) for the Prometheus Operator.
-# Generated: edit the rule files, then run `python -m tests.test_deploy_kubernetes`; the tests
-# fail while the two differ. Your Prometheus selects PrometheusRules by label (kube-prometheus-
-# stack: `release: <its Helm release name>`, see its ruleSelector).
+# Generated: edit the rule files, then run `python -m tests.deploy.test_deploy_kubernetes`; the
+# tests fail while the two differ. Your Prometheus selects PrometheusRules by label
+# (kube-prometheus-stack: `release: <its Helm release name>`, see its ruleSelector).
 """
 
 
@@ -405,7 +405,8 @@ def test_labels_select_the_pods() -> None:
 def test_the_prometheus_rule_is_the_rule_files() -> None:
     shipped = load("prometheusrule.yaml")
     assert shipped == yaml.safe_load(render_prometheus_rule()), (
-        "deploy/kubernetes/prometheusrule.yaml is stale: run python -m tests.test_deploy_kubernetes"
+        "deploy/kubernetes/prometheusrule.yaml is stale:"
+        " run python -m tests.deploy.test_deploy_kubernetes"
     )
 
 

@@ -34,13 +34,13 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.deploy.test_deploy_grafana import panels as dashboard_panels
+from tests.deploy.test_deploy_grafana import queries as dashboard_queries
+from tests.deploy.test_deploy_kubernetes import container_environment, mounted_config_text
+from tests.deploy.test_deploy_prometheus import rules
 from tests.harness import free_port
-from tests.test_deploy_grafana import panels as dashboard_panels
-from tests.test_deploy_grafana import queries as dashboard_queries
-from tests.test_deploy_kubernetes import container_environment, mounted_config_text
-from tests.test_deploy_prometheus import rules
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"
 COMPOSE_CONFIG = ROOT / "deploy" / "compose" / "proxy.yaml"
 TRAFFIC = ROOT / "deploy" / "compose" / "traffic.py"

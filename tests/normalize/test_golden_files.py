@@ -21,7 +21,7 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.schema import EXTENSION_KEY, validate, validate_completion_chunk
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 FIXTURES = HERE / "fixtures" / "providers"
 GOLDEN = HERE / "golden"
 GOLDEN_README = GOLDEN / "README.md"

@@ -16,7 +16,7 @@ import yaml
 
 from proxy.core.config import Config, key_digest, load_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 SCHEMA = ROOT / "tests" / "spec" / "compose-spec.json"

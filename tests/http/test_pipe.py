@@ -29,7 +29,7 @@ from proxy.http.upstream import Destination, Target, UpstreamClient, UpstreamRes
 from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
 from tests.replay import dechunk
 
-FIXTURES = Path(__file__).parent / "fixtures" / "providers"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "providers"
 STREAM = (FIXTURES / "openai.chat.stream.sse").read_bytes()
 CTX = RequestContext(endpoint="chat", model="m", created=1_700_000_000)
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"

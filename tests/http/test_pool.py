@@ -18,7 +18,7 @@ from proxy.core.errors import UpstreamError
 from proxy.http.pool import Pool, Slots
 from proxy.http.upstream import Destination, Target, UpstreamClient, read_whole
 
-ANSWER = (Path(__file__).parent / "fixtures" / "providers" / "openai.chat.json").read_bytes()
+ANSWER = (Path(__file__).parents[1] / "fixtures" / "providers" / "openai.chat.json").read_bytes()
 KEPT = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
     len(ANSWER),
     ANSWER,

@@ -14,7 +14,7 @@ import yaml
 
 from tests.tools import promtool
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULE_FILES = sorted((PROMETHEUS / "rules").glob("*.yml"))
 UNIT_TESTS = sorted((PROMETHEUS / "tests").glob("*.yml"))

@@ -19,7 +19,7 @@ import pytest
 
 from tests.harness import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "proxy"]
 
 
