@@ -61,6 +61,7 @@ class Body:
         "_ended",
         "_eof_callbacks",
         "_failure",
+        "_raw_deflate_tried",
         "_size",
         "_waiter",
         "listener",
@@ -79,6 +80,7 @@ class Body:
         self.listener: Callable[[], None] | None = None
         # gzip or zlib-wrapped deflate, told apart by their headers (wbits 32 + 15, RFC 1950/1952).
         self._decoder = zlib.decompressobj(47) if coding in ("gzip", "x-gzip", "deflate") else None
+        self._raw_deflate_tried = coding != "deflate"  # only deflate has a raw variant
 
     # The connection's side.
 
@@ -87,7 +89,14 @@ class Body:
             try:
                 data = self._decoder.decompress(data)
             except zlib.error:
-                self._connection.abandon(InvalidAnswer("the body's coding is broken"))
+                if self._raw_deflate_tried or self.total_bytes:
+                    self._connection.abandon(InvalidAnswer("the body's coding is broken"))
+                    return
+                # "deflate" sent as a raw stream, without zlib's header: a common mistake of
+                # servers (RFC 9110 section 8.4.1.2 says zlib), which clients accept.
+                self._raw_deflate_tried = True
+                self._decoder = zlib.decompressobj(-zlib.MAX_WBITS)
+                self.feed(data)
                 return
             if not data:
                 return
@@ -99,8 +108,14 @@ class Body:
         self._wake()
 
     def end(self) -> None:
+        if self._failure is not None:
+            return  # failed already (a broken coding): the failure is the body's last word
         if self._decoder is not None:
-            rest = self._decoder.flush()
+            try:
+                rest = self._decoder.flush()
+            except zlib.error:
+                self._connection.abandon(InvalidAnswer("the body's coding is broken"))
+                return
             if rest:
                 self._chunks.append(rest)
                 self._size += len(rest)
@@ -324,7 +339,13 @@ class UpstreamConnection(asyncio.Protocol):
             return
         body = self.body
         self.busy = False
-        self.reusable = self._parser.should_keep_alive() and not self.closed
+        transport = self.transport
+        self.reusable = (
+            self._parser.should_keep_alive()
+            and transport is not None
+            and not transport.is_closing()
+            and (body is None or body.exception() is None)
+        )
         # The answer is all here, read or not: read on, so that whatever the upstream sends
         # while the connection is idle is seen (and the connection closed for it).
         self.resume()

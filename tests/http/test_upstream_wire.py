@@ -13,6 +13,7 @@ import functools
 import gzip
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,40 @@ ANSWERS: dict[str, tuple[bytes, bool]] = {
             "Content-Type: application/json; charset=utf-8\r\nContent-Encoding: gzip\r\n"
             f"Content-Length: {len(gzip.compress(ANSWER))}\r\n",
             gzip.compress(ANSWER),
+        ),
+        False,
+    ),
+    # RFC 9110's deflate is zlib's format; some servers send the raw stream instead.
+    "deflate": (
+        _ok(
+            "Content-Type: application/json\r\nContent-Encoding: deflate\r\n"
+            f"Content-Length: {len(zlib.compress(ANSWER))}\r\n",
+            zlib.compress(ANSWER),
+        ),
+        False,
+    ),
+    "raw-deflate": (
+        _ok(
+            "Content-Type: application/json\r\nContent-Encoding: deflate\r\n"
+            f"Content-Length: {len(zlib.compress(ANSWER)[2:-4])}\r\n",
+            zlib.compress(ANSWER)[2:-4],
+        ),
+        False,
+    ),
+    "broken-gzip": (
+        _ok(
+            "Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            f"Content-Length: {len(ANSWER)}\r\n",
+            ANSWER,
+        ),
+        False,
+    ),
+    # A coding the proxy never asked for (it asks for gzip and deflate only).
+    "brotli": (
+        _ok(
+            "Content-Type: application/json\r\nContent-Encoding: br\r\n"
+            f"Content-Length: {len(ANSWER)}\r\n",
+            ANSWER,
         ),
         False,
     ),
@@ -396,7 +431,10 @@ async def test_a_header_given_in_the_configuration_replaces_the_default(
     assert headers["host"] == "api.example"
 
 
-@pytest.mark.parametrize("scenario", ["length", "chunked", "gzip", "until-close", "early-hints"])
+@pytest.mark.parametrize(
+    "scenario",
+    ["length", "chunked", "gzip", "deflate", "raw-deflate", "until-close", "early-hints"],
+)
 async def test_every_framing_of_an_answer_is_read_whole(
     servers: Servers, wire: WireUpstream, scenario: str
 ) -> None:
@@ -639,6 +677,8 @@ async def test_a_connection_the_upstream_hung_up_is_not_reused(
         ("no-answer", "Could not reach the upstream"),
         ("truncated", "connection broke"),
         ("bad-chunk", "invalid HTTP response"),
+        ("broken-gzip", "invalid HTTP response"),
+        ("brotli", "invalid HTTP response"),
     ],
 )
 async def test_a_broken_answer_is_a_502(
