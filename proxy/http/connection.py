@@ -224,7 +224,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._head: asyncio.Future[Head] | None = None
         self._reason = bytearray()
         self._fields: list[tuple[bytes, bytes]] = []
-        self._head_size = 0
+        self._head_size = 0  # bytes read before the head was whole (a head in pieces)
+        self._fields_size = 0  # the head's headers so far, as parsed
         self._refused: InvalidAnswer | None = None
         self._informational = False
         self._until_close = False  # the body runs to the connection's end
@@ -291,11 +292,17 @@ class UpstreamConnection(asyncio.Protocol):
             raise self._refuse("the upstream sent an answer nobody asked for")
         self._reason.clear()
         self._fields.clear()
+        self._fields_size = 0
 
     def on_status(self, status: bytes) -> None:
         self._reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        # Counted here too: a head that came whole in one read is parsed before data_received
+        # could measure it.
+        self._fields_size += len(name) + len(value) + 4
+        if self._fields_size > HEAD_MAX:
+            raise self._refuse(f"an answer's head of more than {HEAD_MAX} bytes")
         self._fields.append((name, value))
 
     def on_headers_complete(self) -> None:

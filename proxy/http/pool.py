@@ -89,10 +89,6 @@ class Pool:
         """Requests waiting at the limit for a connection to be given back or closed."""
         return len(self._waiters)
 
-    def idle(self, origin: Origin) -> int:
-        """Connections to ``origin`` kept idle."""
-        return len(self._idle.get(origin, ()))
-
     def take(self, origin: Origin) -> UpstreamConnection | None:
         """The idle connection to ``origin`` put back last that is still fit for a request."""
         idle = self._idle.get(origin)

@@ -109,6 +109,16 @@ ANSWERS: dict[str, tuple[bytes, bool]] = {
         ),
         False,
     ),
+    # A head past the client's bound (64 KiB), in headers each of a size servers allow.
+    "huge-head": (
+        _ok(
+            "Content-Type: application/json\r\n"
+            + "".join(f"X-Filler-{i}: {'x' * 4000}\r\n" for i in range(20))
+            + f"Content-Length: {len(ANSWER)}\r\n",
+            ANSWER,
+        ),
+        True,
+    ),
     # HTTP/1.0 style: the body ends where the connection does.
     "until-close": (_ok("Content-Type: application/json\r\n", ANSWER), True),
     "early-hints": (
@@ -679,6 +689,7 @@ async def test_a_connection_the_upstream_hung_up_is_not_reused(
         ("bad-chunk", "invalid HTTP response"),
         ("broken-gzip", "invalid HTTP response"),
         ("brotli", "invalid HTTP response"),
+        ("huge-head", "invalid HTTP response"),
     ],
 )
 async def test_a_broken_answer_is_a_502(
