@@ -119,6 +119,8 @@ ANSWERS: dict[str, tuple[bytes, bool]] = {
         ),
         True,
     ),
+    # One header that never ends, and the connection left open: only the bound ends it.
+    "endless-head": (b"HTTP/1.1 200 OK\r\nX-Big: " + b"x" * 70_000, False),
     # HTTP/1.0 style: the body ends where the connection does.
     "until-close": (_ok("Content-Type: application/json\r\n", ANSWER), True),
     "early-hints": (
@@ -690,6 +692,7 @@ async def test_a_connection_the_upstream_hung_up_is_not_reused(
         ("broken-gzip", "invalid HTTP response"),
         ("brotli", "invalid HTTP response"),
         ("huge-head", "invalid HTTP response"),
+        ("endless-head", "invalid HTTP response"),
     ],
 )
 async def test_a_broken_answer_is_a_502(
