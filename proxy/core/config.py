@@ -43,11 +43,20 @@ from proxy.core.checker import (
 )
 from proxy.core.errors import ConfigError
 
-APIS = frozenset({"openai"})
+# The native APIs a provider's ``api`` may name besides OpenAI's; each is also its dialect.
+NATIVE_APIS = frozenset({"anthropic", "gemini", "cohere", "ollama", "tgi"})
+APIS = NATIVE_APIS | {"openai"}
 # The names a provider's ``dialect`` may take: the configuration's vocabulary, which the core
 # checks without knowing what they mean; proxy.normalize.dialects registers one module for each
-# (tests/test_layers.py holds the two to the same names).
-DIALECTS = frozenset({"openai", "friendli-2024", "maritaca-inference"})
+# (tests/test_layers.py holds the two to the same names). ``dialect`` is set only with
+# ``api: openai``, for an OpenAI-compatible server's older shapes.
+LEGACY_DIALECTS = frozenset({"friendli-2024", "maritaca-inference"})
+DIALECTS = NATIVE_APIS | LEGACY_DIALECTS | {"openai"}
+# reasoning_effort -> thinking budget (tokens), for native APIs that take a budget
+# (docs/providers/anthropic.md); a model's thinking_budgets replaces any of them.
+THINKING_BUDGETS: Final[Mapping[str, int]] = MappingProxyType(
+    {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+)
 _NO_STRINGS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -91,6 +100,10 @@ class Model:
     name: str
     deployments: tuple[Deployment, ...]
     reasoning: bool = True
+    # For native APIs that require a token limit (Anthropic): sent when the client gives none.
+    max_tokens: int = 4096
+    # reasoning_effort -> a thinking budget in tokens (Anthropic, Gemini).
+    thinking_budgets: Mapping[str, int] = field(default_factory=lambda: THINKING_BUDGETS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +264,7 @@ _METRICS_KEYS = frozenset(f.name for f in fields(Metrics))
 _TIMEOUT_KEYS = frozenset(f.name for f in fields(Timeouts))
 _PROVIDER_KEYS = frozenset(f.name for f in fields(Provider)) - {"name"}
 _DEPLOYMENT_KEYS = frozenset(f.name for f in fields(Deployment))
-_MODEL_KEYS = frozenset({"deployments", "reasoning"})
+_MODEL_KEYS = frozenset({"deployments", "reasoning", "max_tokens", "thinking_budgets"})
 _TEAM_KEYS = frozenset({"keys", "models"})
 _ROUTING_KEYS = frozenset({"attempts", "backoff", "circuit"})
 _BACKOFF_KEYS = frozenset({"base", "max", "retry_after_max"})
@@ -328,18 +341,24 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
     node = ck.mapping(raw, path, _PROVIDER_KEYS)
     if node is None:
         return Provider(name, "openai", "")
+    api = ck.optional(node, "api", path, member(APIS, "API", listed=True), "openai")
+    dialect = ck.optional(
+        node, "dialect", path, member(DIALECTS - NATIVE_APIS, "dialect", listed=True), "openai"
+    )
+    if api in NATIVE_APIS:
+        if node.get("dialect") is not None:
+            ck.fail(join_path(path, "dialect"), "is only for api: openai (a native API is its own)")
+        dialect = api
     return Provider(
         name=name,
-        api=ck.optional(node, "api", path, member(APIS, "API", listed=True), "openai"),
+        api=api,
         base_url=ck.require(node, "base_url", path, _base_url, ""),
         api_key=ck.optional(node, "api_key", path, _api_key, None),
         headers=_string_map(ck, node.get("headers"), join_path(path, "headers"), _header_name),
         query=_string_map(ck, node.get("query"), join_path(path, "query")),
         timeouts=_parse_timeouts(ck, node.get("timeouts"), join_path(path, "timeouts")),
         stream_usage=ck.optional(node, "stream_usage", path, boolean, True),
-        dialect=ck.optional(
-            node, "dialect", path, member(DIALECTS, "dialect", listed=True), "openai"
-        ),
+        dialect=dialect,
         max_connections=ck.optional(node, "max_connections", path, _positive_int, MAX_CONNECTIONS),
     )
 
@@ -379,11 +398,27 @@ def _parse_model(
         listed = _parse_deployments(
             ck, node["deployments"], join_path(path, "deployments"), providers
         )
-        return Model(name, listed, ck.optional(node, "reasoning", path, boolean, True))
+        return Model(
+            name,
+            listed,
+            ck.optional(node, "reasoning", path, boolean, True),
+            ck.optional(node, "max_tokens", path, _positive_int, 4096),
+            _parse_budgets(ck, node.get("thinking_budgets"), join_path(path, "thinking_budgets")),
+        )
     if isinstance(raw, dict):
         return Model(name, (_parse_deployment(ck, raw, path, providers),))
     ck.fail(path, "must be a deployment, a list of deployments, or {deployments: [...]}")
     return Model(name, ())
+
+
+def _parse_budgets(ck: Checker, raw: object, path: str) -> Mapping[str, int]:
+    node = ck.mapping(raw, path, THINKING_BUDGETS.keys()) or {}
+    # Only the efforts given are replaced; the others keep their defaults.
+    budgets = dict(THINKING_BUDGETS)
+    for effort in THINKING_BUDGETS:
+        if node.get(effort) is not None:
+            budgets[effort] = ck.require(node, effort, path, _positive_int, 0)
+    return MappingProxyType(budgets)
 
 
 def _parse_deployments(

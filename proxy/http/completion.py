@@ -43,6 +43,7 @@ from proxy.http.relay import (
 from proxy.http.reply import JsonReply
 from proxy.http.state import Runtime, State
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
+from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
 
 log = logging.getLogger("proxy.routing")
 
@@ -198,7 +199,7 @@ async def _attempt(
     """One try at one deployment: send, wait for the answer's headers, relay it."""
     endpoint = client_request.endpoint
     target = runtime.targets[provider.name]
-    destination = target.destinations.get(endpoint)
+    destination = target.destination(endpoint, deployment.model)
     if destination is None:
         raise InvalidRequest(
             f"The model '{model.name}' does not serve {_PATHS[endpoint]}",
@@ -218,7 +219,14 @@ async def _attempt(
         redact=runtime.redact,
         choices=client_request.choices,
     )
-    body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
+    dialect = DIALECTS[provider.dialect]
+    if dialect.request is None:  # the client's body, as it came but for the model
+        body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
+    else:
+        options = RequestOptions(
+            deployment.model, provider.stream_usage, model.max_tokens, model.thinking_budgets
+        )
+        body = upstream_request(dialect, client_request, options)
     timeouts = provider.timeouts
     assert state.client is not None and state.deadlines is not None
     loop = state.deadlines.loop

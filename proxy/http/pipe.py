@@ -31,7 +31,8 @@ import orjson
 
 from proxy.core.errors import UpstreamError, UpstreamProtocolError, handled
 from proxy.core.exchange import Exchange
-from proxy.core.sse import Event, SSEDecoder
+from proxy.core.framing import Decoder
+from proxy.core.sse import Event
 from proxy.http.connection import Body
 from proxy.http.deadline import Deadline
 from proxy.http.upstream import TRANSPORT_ERRORS, upstream_error_for
@@ -132,7 +133,7 @@ class Pipe:
     def __init__(
         self,
         content: Body,
-        decoder: SSEDecoder,
+        decoder: Decoder,
         normalizer: StreamNormalizer,
         transport: asyncio.Transport,
         *,

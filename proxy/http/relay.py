@@ -34,7 +34,7 @@ from proxy.core.errors import (
     handled,
 )
 from proxy.core.exchange import Exchange
-from proxy.core.sse import SSEDecoder
+from proxy.core.framing import Decoder, decoder_for
 from proxy.core.usage import Usage
 from proxy.http.deadline import Deadline
 from proxy.http.pipe import Pipe, Relays, frames_for
@@ -50,6 +50,7 @@ from proxy.http.upstream import (
 )
 from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import frames_from_response, response_from_frames
+from proxy.normalize.dialects import DIALECTS
 
 T = TypeVar("T")
 
@@ -99,9 +100,12 @@ class Answer:
         self.timer = timer
         self.relays = relays
 
-    @property
-    def is_event_stream(self) -> bool:
-        return self.response.content_type == "text/event-stream"
+    def decoder(self, *, stream: bool) -> Decoder | None:
+        """The decoder of this answer's events; None when it is one whole JSON body.
+
+        ``stream``: the client asked for a stream, so a dialect's JSON array is a stream too."""
+        json_array = stream and DIALECTS[self.ctx.dialect].json_array_stream
+        return decoder_for(self.response.content_type, json_array=json_array)
 
 
 def whole_arrived(
@@ -109,7 +113,7 @@ def whole_arrived(
 ) -> JsonReply | None:
     """A non-streamed answer that came whole with its headers (the usual small one), normalized
     into the client's response without a coroutine; None for any other (``relay_whole``)."""
-    if response.content_type == "text/event-stream":
+    if decoder_for(response.content_type, json_array=False) is not None:
         return None
     raw = read_arrived(response, RESPONSE_LIMIT)
     if raw is None:
@@ -122,8 +126,9 @@ def whole_arrived(
 async def relay_whole(answer: Answer, exchange: Exchange) -> JsonReply:
     """A non-streamed answer that ``whole_arrived`` did not take (not all of it came with its
     headers, or it is an event stream): read it whole (bounded), normalize it, send it."""
-    if answer.is_event_stream:
-        return await _stream_as_whole(answer, exchange)
+    decoder = answer.decoder(stream=False)
+    if decoder is not None:
+        return await _stream_as_whole(answer, exchange, decoder)
     raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
     return _normalized(raw, answer.family, answer.ctx, exchange)
 
@@ -230,11 +235,12 @@ async def relay_stream(
     """A streamed answer, relayed event by event as it arrives."""
     opening = _Opening(request, exchange, headers, observers)
     try:
-        if not answer.is_event_stream:
+        decoder = answer.decoder(stream=True)
+        if decoder is None:
             return await _whole_as_stream(answer, exchange, opening)
         normalizer = answer.family.stream(answer.ctx)
         try:
-            return await _pump(answer, normalizer, exchange, opening)
+            return await _pump(answer, decoder, normalizer, exchange, opening)
         finally:
             exchange.usage = normalizer.usage
             exchange.fixes = frozenset(normalizer.fixes)
@@ -332,10 +338,13 @@ async def _read_to_end(response: UpstreamResponse) -> None:
 
 
 async def _pump(
-    answer: Answer, normalizer: StreamNormalizer, exchange: Exchange, opening: _Opening
+    answer: Answer,
+    decoder: Decoder,
+    normalizer: StreamNormalizer,
+    exchange: Exchange,
+    opening: _Opening,
 ) -> web.StreamResponse:
     loop = answer.timer.loop
-    decoder = SSEDecoder()
     response: web.StreamResponse | None = None
     # Once the response has started, the rest is relayed in the loop's callbacks (proxy.http.pipe).
     pipe: Pipe | None = None
@@ -436,7 +445,7 @@ async def _pump(
 
 def _pipe(
     answer: Answer,
-    decoder: SSEDecoder,
+    decoder: Decoder,
     normalizer: StreamNormalizer,
     exchange: Exchange,
     request: web.BaseRequest,
@@ -516,7 +525,7 @@ def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
         exchange.upstream_error = error.kind
 
 
-async def _stream_as_whole(answer: Answer, exchange: Exchange) -> JsonReply:
+async def _stream_as_whole(answer: Answer, exchange: Exchange, decoder: Decoder) -> JsonReply:
     """A whole answer was asked for but the upstream streamed: collect the stream, then answer.
 
     Bounded as a stream is: by the first-byte limit until its first frame, then by the idle
@@ -524,7 +533,6 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange) -> JsonReply:
     timeout once text has come is final (``midway``): another attempt would start the
     generation over."""
     normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
-    decoder = SSEDecoder()
     frames: list[bytes] = []
     timer = answer.timer
     loop = timer.loop

@@ -80,7 +80,14 @@ class Runtime:
 
     @classmethod
     def from_config(cls, config: Config, previous: Runtime | None = None) -> Runtime:
-        targets = {name: target_for(provider) for name, provider in config.providers.items()}
+        deployed: dict[str, set[str]] = {name: set() for name in config.providers}
+        for model in config.models.values():
+            for deployment in model.deployments:
+                deployed[deployment.provider].add(deployment.model)
+        targets = {
+            name: target_for(provider, sorted(deployed[name]))
+            for name, provider in config.providers.items()
+        }
         kept: dict[DeploymentKey, CircuitBreaker] = {}
         if previous is not None:
             for name, model in previous.config.models.items():

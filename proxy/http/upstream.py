@@ -15,11 +15,12 @@ import asyncio
 import email.utils
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
+from urllib.parse import quote
 
 import orjson
 from yarl import URL
@@ -72,11 +73,13 @@ def request_head(url: URL, headers: Mapping[str, str]) -> bytes:
 
 class Destination:
     """One endpoint of one provider: its URL, where its connections go, and the head of every
-    request to it (for a whole answer and for a stream), made once per configuration."""
+    request to it (for a whole answer and for a stream), made once per configuration.
+
+    A stream may be asked for at a URL of its own (``stream_url``: Gemini, TGI)."""
 
     __slots__ = ("head", "origin", "stream_head", "url")
 
-    def __init__(self, url: URL, headers: Mapping[str, str]) -> None:
+    def __init__(self, url: URL, headers: Mapping[str, str], stream_url: URL | None = None) -> None:
         self.url = url
         tls = url.scheme == "https"
         self.origin = Origin(url.host or "", url.port or (443 if tls else 80), tls)
@@ -85,29 +88,54 @@ class Destination:
             name: value for name, value in headers.items() if name.lower() != "accept"
         }
         stream_headers["Accept"] = "text/event-stream"
-        self.stream_head = request_head(url, stream_headers)
+        self.stream_head = request_head(stream_url or url, stream_headers)
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where and how one provider is called; computed once per configuration."""
 
-    destinations: Mapping[Endpoint, Destination]  # the endpoints its dialect serves
+    # The endpoints its dialect serves; for a dialect whose paths name the model, by
+    # (endpoint, upstream model) for each model deployed on it.
+    destinations: Mapping[Endpoint | tuple[Endpoint, str], Destination]
     connect: float  # seconds to open a connection; the rest is bounded by the caller's deadlines
     # Its requests holding a connection: taken before ``send``, given back by the response.
     slots: Slots = field(default_factory=lambda: Slots(MAX_CONNECTIONS))
 
+    def destination(self, endpoint: Endpoint, model: str) -> Destination | None:
+        found = self.destinations.get(endpoint)
+        return found if found is not None else self.destinations.get((endpoint, model))
 
-def target_for(provider: Provider) -> Target:
+
+def target_for(provider: Provider, models: Iterable[str] = ()) -> Target:
+    """The provider's target; ``models``: the upstream models deployed on it."""
+    dialect = DIALECTS[provider.dialect]
     given = {name.lower() for name in provider.headers}
     headers = {} if "content-type" in given else {"Content-Type": "application/json"}
+    headers.update((k, v) for k, v in dialect.headers.items() if k.lower() not in given)
     headers.update(provider.headers)
-    if provider.api_key and not given & _AUTH_HEADERS:
-        headers["Authorization"] = f"Bearer {provider.api_key}"
-    destinations = {
-        endpoint: Destination(URL(provider.base_url + path).extend_query(provider.query), headers)
-        for endpoint, path in DIALECTS[provider.dialect].paths.items()
-    }
+    if provider.api_key:
+        auth = dialect.auth(provider.api_key)
+        # Credentials the configuration sets itself win over the dialect's way of sending them.
+        if not given & (_AUTH_HEADERS | {name.lower() for name in auth}):
+            headers.update(auth)
+
+    def url(path: str, model: str) -> URL:
+        path = path.replace("{model}", quote(model, safe=":@"))
+        # A dialect's path may carry its own query (Gemini's alt=sse); the provider's joins it.
+        return URL(provider.base_url + path, encoded=False).extend_query(provider.query)
+
+    destinations: dict[Endpoint | tuple[Endpoint, str], Destination] = {}
+    for endpoint, path in dialect.paths.items():
+        stream_path = dialect.stream_paths.get(endpoint)
+        keys: list[tuple[Endpoint | tuple[Endpoint, str], str]] = (
+            [((endpoint, model), model) for model in models]
+            if "{model}" in path or (stream_path and "{model}" in stream_path)
+            else [(endpoint, "")]
+        )
+        for key, model in keys:
+            stream_url = url(stream_path, model) if stream_path else None
+            destinations[key] = Destination(url(path, model), headers, stream_url)
     return Target(destinations, provider.timeouts.connect, Slots(provider.max_connections))
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from proxy.core.config import APIS
 from proxy.core.fixes import FIXES
 from proxy.core.request import Endpoint
 from proxy.normalize.dialects import DIALECTS
@@ -39,4 +40,7 @@ class ApiFamily:
     response: Callable[[bytes, RequestContext], Normalized]
 
 
-API_FAMILIES: Final = {"openai": ApiFamily(StreamNormalizer, normalize_response)}
+_TOLERANT: Final = ApiFamily(StreamNormalizer, normalize_response)
+# A native API's dialect hands the tolerant normalizer OpenAI-shaped chunks and bodies, so every
+# family is the same normalizer today; the key is the provider's ``api``.
+API_FAMILIES: Final = dict.fromkeys(APIS, _TOLERANT)

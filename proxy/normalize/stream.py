@@ -109,7 +109,9 @@ class StreamNormalizer:
         # whenever what they were made of changes (the fingerprint).
         self._heads: dict[int, bytes] = {}
         # The upstream's own events need the dialect's adapter first, unless it speaks OpenAI's.
-        self._adapt = DIALECTS[ctx.dialect].adapt_event
+        dialect = DIALECTS[ctx.dialect]
+        self._adapt = None if dialect.adapter is None else dialect.adapter(ctx)
+        self._native = dialect.native
         self._fast = self._chat and self._adapt is None
         # A chat stream whose client asked for one choice may still bring several (a default
         # n, best_of), or TGI <= 2.0's token positions as indices (``_index``, ``_holds``).
@@ -147,9 +149,9 @@ class StreamNormalizer:
                 return [frame]
         adapt = self._adapt
         if adapt is not None:
-            adapted, complete = adapt(payload, self.ctx)
+            adapted, complete = adapt(payload)
             self._complete = self._complete or complete
-            if adapted is not payload:
+            if adapted is not payload and not self._native:
                 self.fixes.add(FIX_LEGACY)
             if adapted is None:
                 return []

@@ -134,11 +134,28 @@ BAD = [
     (doc(providers="{p: https://p}"), ["providers.p: must be a mapping"]),
     (doc(providers="{p: null}"), ["providers.p: required key 'base_url' is missing"]),
     (
-        doc(providers="{p: {base_url: 'https://p', api: anthropic, dialect: groq}}"),
+        doc(providers="{p: {base_url: 'https://p', api: bedrock, dialect: groq}}"),
         [
-            "providers.p.api: unknown API 'anthropic' (known: openai)",
+            "providers.p.api: unknown API 'bedrock'"
+            " (known: anthropic, cohere, gemini, ollama, openai, tgi)",
             "providers.p.dialect: unknown dialect 'groq'"
             " (known: friendli-2024, maritaca-inference, openai)",
+        ],
+    ),
+    (
+        doc(providers="{p: {base_url: 'https://p', api: anthropic, dialect: friendli-2024}}"),
+        ["providers.p.dialect: is only for api: openai (a native API is its own)"],
+    ),
+    (
+        doc(
+            providers="{p: {base_url: 'https://p', api: anthropic}}",
+            models="{m: {deployments: [{provider: p, model: c}], max_tokens: 0,"
+            " thinking_budgets: {high: -1, huge: 9}}}",
+        ),
+        [
+            "models.m.max_tokens: must be a positive integer",
+            "models.m.thinking_budgets.huge: unknown key",
+            "models.m.thinking_budgets.high: must be a positive integer",
         ],
     ),
     (

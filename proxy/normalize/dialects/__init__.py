@@ -10,12 +10,49 @@ from __future__ import annotations
 
 from typing import Final
 
-from proxy.normalize.dialects import friendli_2024, maritaca_inference, openai
-from proxy.normalize.dialects.dialect import Dialect
+import orjson
 
-__all__ = ["DIALECTS", "Dialect"]
+from proxy.core.errors import InvalidRequest
+from proxy.core.request import ClientRequest, upstream_body
+from proxy.normalize.dialects import (
+    anthropic,
+    cohere,
+    friendli_2024,
+    gemini,
+    maritaca_inference,
+    ollama,
+    openai,
+    tgi,
+)
+from proxy.normalize.dialects.dialect import Dialect, RequestOptions
+
+__all__ = ["DIALECTS", "Dialect", "RequestOptions", "upstream_request"]
 
 DIALECTS: Final[dict[str, Dialect]] = {
     dialect.name: dialect
-    for dialect in (openai.DIALECT, friendli_2024.DIALECT, maritaca_inference.DIALECT)
+    for dialect in (
+        openai.DIALECT,
+        friendli_2024.DIALECT,
+        maritaca_inference.DIALECT,
+        anthropic.DIALECT,
+        gemini.DIALECT,
+        cohere.DIALECT,
+        ollama.DIALECT,
+        tgi.DIALECT,
+    )
 }
+
+
+def upstream_request(dialect: Dialect, request: ClientRequest, options: RequestOptions) -> bytes:
+    """The body that goes up: the client's own for an OpenAI dialect (CANONICAL.md section 5),
+    else the native API's request built from it."""
+    if dialect.request is None:
+        return upstream_body(request, options.upstream_model, ask_usage=options.ask_usage)
+    body = dialect.request(request, options)
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        # orjson writes less deep a document than it reads.
+        raise InvalidRequest(
+            "The request body is nested too deeply to be passed on", code="invalid_json"
+        ) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from proxy.normalize.dialects.dialect import Dialect, text_choice
+from proxy.normalize.dialects.dialect import Dialect, stateless, text_choice
 from proxy.normalize.fields import RequestContext
 
 
@@ -22,5 +22,5 @@ def adapt_event(payload: dict[str, Any], ctx: RequestContext) -> tuple[dict[str,
 DIALECT: Final = Dialect(
     "friendli-2024",
     paths={"chat": "/chat/completions", "completions": "/completions"},
-    adapt_event=adapt_event,
+    adapter=stateless(adapt_event),
 )

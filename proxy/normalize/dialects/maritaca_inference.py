@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from proxy.normalize.dialects.dialect import Dialect, text_choice
+from proxy.normalize.dialects.dialect import Dialect, stateless, text_choice
 from proxy.normalize.fields import RequestContext
 
 _USAGE_KEYS: Final = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
@@ -38,6 +38,6 @@ def adapt_response(body: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
 DIALECT: Final = Dialect(
     "maritaca-inference",
     paths={"chat": "/chat/inference"},
-    adapt_event=adapt_event,
+    adapter=stateless(adapt_event),
     adapt_response=adapt_response,
 )
