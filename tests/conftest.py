@@ -13,6 +13,11 @@ DIALECT_PROVIDER = {
     "openai": "emu",
     "friendli-2024": "emu-friendli-2024",
     "maritaca-inference": "emu-maritaca",
+    "anthropic": "emu-anthropic",
+    "gemini": "emu-gemini",
+    "cohere": "emu-cohere",
+    "ollama": "emu-ollama",
+    "tgi": "emu-tgi",
 }
 
 

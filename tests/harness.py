@@ -89,6 +89,17 @@ def proxy_config(emulator_url: str, models: dict[str, Any], **extra: Any) -> dic
             "api_key": UPSTREAM_SECRET,
             "dialect": "maritaca-inference",
         },
+        # Native APIs: their paths start at the emulator's root, as at the providers' own hosts.
+        "emu-anthropic": {"base_url": emulator_url, "api_key": UPSTREAM_SECRET, "api": "anthropic"},
+        "emu-gemini": {"base_url": emulator_url, "api_key": UPSTREAM_SECRET, "api": "gemini"},
+        "emu-cohere": {"base_url": emulator_url, "api_key": UPSTREAM_SECRET, "api": "cohere"},
+        "emu-ollama": {"base_url": emulator_url, "api": "ollama"},
+        # TGI's body names no model: the emulator takes it from the path (docs/emulator.md).
+        "emu-tgi": {
+            "base_url": f"{emulator_url}/tgi/tgi.generate-stream.sse",
+            "api_key": UPSTREAM_SECRET,
+            "api": "tgi",
+        },
         "emu-azure": {
             "base_url": f"{emulator_url}/openai/v1",
             "headers": {"api-key": UPSTREAM_SECRET},

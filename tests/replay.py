@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from proxy.core.framing import Decoder, JSONArrayDecoder, NDJSONDecoder
+from proxy.core.sse import SSEDecoder
 from tests.schema import validate, validate_completion_chunk
 
 HERE = Path(__file__).resolve().parent
@@ -29,6 +31,14 @@ MADE_ID = {
     "completions": re.compile(r"^cmpl-[0-9a-f]{32}$"),
 }
 MADE_CALL_ID = re.compile(r"^call_[A-Za-z0-9]{24}$")
+# The status a client gets for an error golden, by its type (CANONICAL.md section 4): an
+# upstream's 4xx keeps its status; Anthropic's 529 "overloaded" is a 503.
+ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "rate_limit_error": 429,
+    "service_unavailable": 503,
+    "upstream_error": 502,
+}
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,16 @@ class Golden:
         if self.fixture.name == "sse-quirks.tcp-splits.json":
             return b"".join(self.reads())
         return raw
+
+    def decoder(self) -> Decoder:
+        """The decoder the proxy picks for this fixture's body, by the content type it is served
+        with (proxy.core.framing.decoder_for; the emulator's types by extension)."""
+        name = self.fixture.name
+        if name.endswith(".ndjson"):
+            return NDJSONDecoder()
+        if ".stream.json-array." in name:
+            return JSONArrayDecoder()
+        return SSEDecoder()
 
     def reads(self) -> list[bytes]:
         """The recorded socket reads, for the one fixture that has them; else the whole body."""

@@ -197,6 +197,9 @@ class UpstreamStatusError(UpstreamError):
         status = self.upstream_status
         if 400 <= status < 500 and status not in _CREDENTIALS_REFUSED:
             return status
+        if status == _OVERLOADED or self.upstream_type == "overloaded_error":
+            # Anthropic's 529 (and its stream's overloaded_error event): busy, not broken.
+            return 503
         return 502
 
     @property
@@ -206,11 +209,14 @@ class UpstreamStatusError(UpstreamError):
             return "rate_limit_error"
         if status == 502:
             return "upstream_error"
+        if status == 503:
+            return "service_unavailable"
         # A provider's own 4xx keeps the provider's type when it gave a plain string one.
         return self.upstream_type or _TYPE_BY_STATUS.get(status, "invalid_request_error")
 
 
 _CREDENTIALS_REFUSED = frozenset({401, 407})
+_OVERLOADED = 529  # not an IANA status: Anthropic's "overloaded_error"
 _TYPE_BY_STATUS = {
     401: "authentication_error",
     403: "permission_error",

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import golden_models
 from tests.harness import TEAM_KEY, running_servers
 from tests.replay import (
+    ERROR_STATUS,
     Golden,
     check_stream,
     check_whole,
@@ -80,7 +81,7 @@ async def test_fixture_through_proxy(proxy_url: str, golden: Golden, include_usa
     assert headers.get("X-Request-Id")
     if not golden.stream:
         if golden.data["outcome"] == "error":
-            assert response.status == 400
+            assert response.status == ERROR_STATUS[golden.data["error"]["type"]]
             error = orjson.loads(body)["error"]
             assert error["type"] == golden.data["error"]["type"]
             assert error["message"] == golden.data["error"]["message"]

@@ -53,7 +53,24 @@ FINISH_REASONS = {
     "chat": {"stop", "length", "tool_calls", "content_filter", "function_call"},
     "completions": {"stop", "length", "content_filter"},
 }
-DIALECTS = {"openai", "friendli-2024", "maritaca-inference"}
+DIALECTS = {
+    "openai",
+    "friendli-2024",
+    "maritaca-inference",
+    "anthropic",
+    "gemini",
+    "cohere",
+    "ollama",
+    "tgi",
+}
+# A native API's fixtures, by their names' start (SOURCES.md: "Names follow ..."), and its dialect.
+NATIVE_PREFIXES = (
+    ("anthropic.", "anthropic"),
+    ("gemini.", "gemini"),
+    ("cohere.", "cohere"),
+    ("ollama.api-chat.", "ollama"),
+    ("tgi.generate", "tgi"),
+)
 # Plausible Unix seconds: 2000-01-01 .. 2100-01-01.
 EPOCH_RANGE = (946_684_800, 4_102_444_800)
 
@@ -418,10 +435,15 @@ def test_golden_file_format(path: Path) -> None:
 
     endpoint = golden["endpoint"]
     assert endpoint in FINISH_REASONS
-    assert endpoint == ("completions" if ".completions." in fixture else "chat")
-    assert golden["stream"] is (fixture_path.suffix == ".sse" or fixture.startswith("sse-quirks."))
+    completions = ".completions." in fixture or fixture.startswith("tgi.generate")
+    assert endpoint == ("completions" if completions else "chat")
+    streamed = fixture_path.suffix in (".sse", ".ndjson") or ".stream.json-array." in fixture
+    assert golden["stream"] is (streamed or fixture.startswith("sse-quirks."))
     assert golden["dialect"] in DIALECTS
-    if fixture.startswith("friendli.") and "legacy-2024-11" in fixture:
+    native = next((n for prefix, n in NATIVE_PREFIXES if fixture.startswith(prefix)), None)
+    if native is not None:
+        assert golden["dialect"] == native
+    elif fixture.startswith("friendli.") and "legacy-2024-11" in fixture:
         assert golden["dialect"] == "friendli-2024"
     elif fixture.startswith("maritaca.chat-inference.") and path.parent == GOLDEN:
         assert golden["dialect"] == "maritaca-inference"

@@ -15,10 +15,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.errors import ProxyError, to_openai_error
-from proxy.core.sse import SSEDecoder
+from proxy.emulator.recording import recording_status
 from proxy.http.upstream import status_error
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
-from tests.replay import CLIENT_MODEL, Golden, check_stream, check_whole, goldens, parse_frames
+from tests.replay import (
+    CLIENT_MODEL,
+    ERROR_STATUS,
+    Golden,
+    check_stream,
+    check_whole,
+    goldens,
+    parse_frames,
+)
 
 CREATED = 1_600_000_000  # the request time the normalizer falls back to
 STREAMS = [g for g in goldens() if g.stream]
@@ -40,7 +48,7 @@ def context(golden: Golden, include_usage: bool) -> RequestContext:
 def run_stream(
     golden: Golden, reads: list[bytes], include_usage: bool
 ) -> tuple[bytes, StreamNormalizer]:
-    decoder = SSEDecoder()
+    decoder = golden.decoder()
     normalizer = StreamNormalizer(context(golden, include_usage))
     out: list[bytes] = []
     for read in reads:
@@ -102,10 +110,12 @@ def test_whole_response(golden: Golden) -> None:
     raw = golden.body()
     ctx = context(golden, include_usage=False)
     if golden.data["outcome"] == "error":
-        # An error body comes with an error status: the upstream client maps it.
-        exc: ProxyError = status_error(400, "Bad Request", "application/json", raw, None)
+        # An error body comes with an error status (the one the emulator serves it with): the
+        # upstream client maps it.
+        upstream = recording_status(golden.fixture.name)
+        exc: ProxyError = status_error(upstream, "", "application/json", raw, None)
         status, body = to_openai_error(exc)
-        assert status == 400
+        assert status == ERROR_STATUS[golden.data["error"]["type"]]
         assert body["error"]["type"] == golden.data["error"]["type"]
         assert body["error"]["message"] == golden.data["error"]["message"]
         return

@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 
 from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer
+from proxy.normalize.dialects import DIALECTS
 from tests.normalize.test_normalize_fixtures import context
 from tests.replay import Golden, goldens
 
-STREAMS = [g for g in goldens() if g.stream]
+# The shortcut is for OpenAI-shaped events: native dialects' events always go through an adapter.
+STREAMS = [g for g in goldens() if g.stream and not DIALECTS[g.data["dialect"]].native]
 
 
 def _run(
