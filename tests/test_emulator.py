@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +19,32 @@ from pytest_aiohttp import AiohttpServer
 from proxy.emulator import RECORDINGS_DIR, build_emulator_app, run_emulator
 from proxy.emulator.__main__ import parse_args
 from proxy.emulator.fault import Fault, FaultError, parse_fault, split_model
-from proxy.emulator.recording import recording_status, split_events, split_lines
+from proxy.emulator.recording import (
+    content_type,
+    parse_recording,
+    recording_status,
+    split_array,
+    split_events,
+    split_lines,
+)
 from proxy.emulator.server import EMULATOR, REQUEST_LOG_SIZE
 
 CATALOGUE = Path(__file__).parent / "fixtures" / "providers"
 PACKAGED = (
+    "anthropic.messages.json",
+    "anthropic.messages.stream.sse",
     "azure.chat.stream.model-router.sse",
+    "cohere.chat.json",
+    "cohere.chat.stream.sse",
     "deepseek.chat.json",
     "deepseek.chat.stream.reasoning.sse",
     "friendli.chat.json",
     "friendli.chat.stream.sse",
     "friendli.completions.json",
     "friendli.completions.stream.sse",
+    "gemini.generate-content.json",
+    "gemini.generate-content.stream.json-array.json",
+    "gemini.generate-content.stream.sse",
     "groq.chat.json",
     "groq.chat.stream.sse",
     "maritaca.chat-inference.json",
@@ -38,11 +52,14 @@ PACKAGED = (
     "maritaca.chat.json",
     "mistral.chat.json",
     "mistral.chat.stream.sse",
+    "ollama.api-chat.json",
+    "ollama.api-chat.stream.ndjson",
     "openai.chat.json",
     "openai.chat.stream.sse",
     "openai.chat.stream.tool-calls.sse",
     "openai.completions.json",
     "openai.completions.stream.sse",
+    "tgi.generate-stream.sse",
 )
 CRLF_STREAM = (
     b'data: {"n":1}\r\n\r\n'
@@ -94,6 +111,12 @@ def packaged(name: str) -> bytes:
     return (RECORDINGS_DIR / name).read_bytes()
 
 
+def served_type(name: str) -> str:
+    if name.endswith(".sse"):
+        return "text/event-stream"
+    return "application/x-ndjson" if name.endswith(".ndjson") else "application/json"
+
+
 # Splitting recordings: joined, the pieces are always exactly the input.
 
 
@@ -120,7 +143,7 @@ def test_split_events(data: bytes, events: list[bytes]) -> None:
 def test_split_events_keeps_packaged_streams_whole(name: str) -> None:
     events = split_events(packaged(name))
     assert b"".join(events) == packaged(name)
-    assert all(event.endswith(b"\n\n") for event in events[:-1])
+    assert all(event.endswith((b"\n\n", b"\r\n\r\n")) for event in events[:-1])
 
 
 @pytest.mark.parametrize(
@@ -132,6 +155,54 @@ def test_split_events_keeps_packaged_streams_whole(name: str) -> None:
 )
 def test_split_lines(data: bytes, lines: list[bytes]) -> None:
     assert list(split_lines(data)) == lines
+
+
+@pytest.mark.parametrize(
+    ("data", "pieces"),
+    [
+        (b'[{"a":1}\r\n,\r\n{"b":2}\r\n]', [b'[{"a":1}\r\n', b',\r\n{"b":2}\r\n', b"]"]),
+        (b'[{"a":[1,2]},{"b":{"c":3}}]\n', [b'[{"a":[1,2]}', b',{"b":{"c":3}}', b"]\n"]),
+        # Brackets, commas and escaped quotes inside strings never split.
+        (
+            b'[{"t":"a,]\\"}["},{"u":"\\\\"}]',
+            [b'[{"t":"a,]\\"}["}', b',{"u":"\\\\"}', b"]"],
+        ),
+        (b'  [1, "x"]', [b"  [1", b', "x"', b"]"]),
+        (b"[]", [b"[", b"]"]),
+        # An array cut short keeps what it has; a body that is no array stays whole.
+        (b'[{"a":1},{"b"', [b'[{"a":1}', b',{"b"']),
+        (b'{"error":{"code":429}}', [b'{"error":{"code":429}}']),
+        (b"", []),
+    ],
+)
+def test_split_array(data: bytes, pieces: list[bytes]) -> None:
+    assert list(split_array(data)) == pieces
+    assert b"".join(pieces) == data
+
+
+def test_split_array_gives_the_gemini_recording_one_element_a_piece() -> None:
+    data = packaged("gemini.generate-content.stream.json-array.json")
+    pieces = split_array(data)
+    assert b"".join(pieces) == data
+    assert len(pieces) == 4
+    assert pieces[0].startswith(b"[{") and pieces[-1] == b"]"
+    elements = [orjson.loads(piece.lstrip(b"[,")) for piece in pieces[:-1]]
+    assert [element["responseId"] for element in elements] == ["bH6LaZW8Fp_3nsEPqtaSwQ4"] * 3
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "streamed"),
+    [
+        ("g.generate-content.stream.json-array.json", "application/json", True),
+        ("g.generate-content.json", "application/json", False),
+        ("o.api-chat.stream.ndjson", "application/x-ndjson", True),
+        ("a.messages.stream.sse", "text/event-stream", True),
+    ],
+)
+def test_recording_format_follows_the_name(name: str, kind: str, streamed: bool) -> None:
+    recording = parse_recording(name, b"[1,2]")
+    assert (recording.content_type, recording.streamed) == (kind, streamed)
+    assert content_type("." + name.split(".", 1)[1]) == kind  # All of the name after the model.
 
 
 @pytest.mark.parametrize(
@@ -172,8 +243,7 @@ async def test_each_packaged_recording_is_served_by_name(
     path = "/api/chat/inference" if "chat-inference" in name else "/v1/chat/completions"
     status, headers, body = await post(session, emulator, path, {"model": name})
     assert (status, body) == (200, packaged(name))
-    expected = "text/event-stream" if name.endswith(".sse") else "application/json"
-    assert headers["Content-Type"] == expected
+    assert headers["Content-Type"] == served_type(name)
 
 
 # Routes and the choice of recording.
@@ -210,6 +280,49 @@ async def test_each_packaged_recording_is_served_by_name(
         ),
         # Only true streams: a truthy non-boolean is not a stream request.
         ("/v1/chat/completions", {"model": "openai", "stream": "yes"}, "openai.chat.json"),
+        # Native APIs, at the root as at the providers' hosts, or under a prefix.
+        ("/v1/messages", {"model": "anthropic"}, "anthropic.messages.json"),
+        (
+            "/anthropic/v1/messages",
+            {"model": "anthropic", "stream": True},
+            "anthropic.messages.stream.sse",
+        ),
+        ("/v1beta/models/gemini:generateContent", {"contents": []}, "gemini.generate-content.json"),
+        # Gemini's body has no stream flag: the path says whether.
+        (
+            "/v1beta/models/gemini:generateContent",
+            {"contents": [], "stream": True},
+            "gemini.generate-content.json",
+        ),
+        (
+            "/v1beta/models/gemini:streamGenerateContent?alt=sse",
+            {"contents": []},
+            "gemini.generate-content.stream.sse",
+        ),
+        (
+            "/google/v1beta/models/gemini:streamGenerateContent",
+            {"contents": []},
+            "gemini.generate-content.stream.json-array.json",
+        ),
+        (
+            "/v1beta/models/gemini.generate-content.stream.sse:streamGenerateContent",
+            {"contents": []},
+            "gemini.generate-content.stream.sse",
+        ),
+        ("/v1/models/gemini:generateContent", {}, "gemini.generate-content.json"),
+        ("/v2/chat", {"model": "cohere"}, "cohere.chat.json"),
+        ("/v2/chat", {"model": "cohere", "stream": True}, "cohere.chat.stream.sse"),
+        # Ollama streams unless told not to.
+        ("/api/chat", {"model": "ollama"}, "ollama.api-chat.stream.ndjson"),
+        ("/api/chat", {"model": "ollama", "stream": True}, "ollama.api-chat.stream.ndjson"),
+        ("/api/chat", {"model": "ollama", "stream": False}, "ollama.api-chat.json"),
+        ("/tgi/tgi/generate_stream", {"inputs": "Hi"}, "tgi.generate-stream.sse"),
+        (
+            "/tgi/tgi.generate-stream.sse/generate_stream",
+            {"inputs": "Hi", "parameters": {"details": True}},
+            "tgi.generate-stream.sse",
+        ),
+        ("/tgi.generate-stream.sse/generate", {"inputs": "Hi"}, "tgi.generate-stream.sse"),
     ],
 )
 async def test_route_serves_recording(
@@ -217,8 +330,35 @@ async def test_route_serves_recording(
 ) -> None:
     status, headers, served = await post(session, emulator, path, body)
     assert (status, served) == (200, packaged(name))
-    expected = "text/event-stream" if name.endswith(".sse") else "application/json"
-    assert headers["Content-Type"] == expected
+    assert headers["Content-Type"] == served_type(name)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "served"),
+    [
+        ("/api/generate", {"model": "m"}, b'{"response":"a","done":false}\n'),
+        ("/api/generate", {"model": "m", "stream": False}, b'{"response":"a","done":true}'),
+        ("/m/generate", {"inputs": "Hi"}, b'[{"generated_text":"a"}]'),
+        ("/m/generate_stream", {"inputs": "Hi"}, b'data:{"token":{"text":"a"}}\n\n'),
+        # A TGI model's name may be a whole file's, with dots.
+        ("/tgi/m.generate.json/generate", {"inputs": "Hi"}, b'[{"generated_text":"a"}]'),
+    ],
+)
+async def test_ollama_generate_and_tgi_generate_find_their_recordings(
+    session: aiohttp.ClientSession,
+    aiohttp_server: AiohttpServer,
+    tmp_path: Path,
+    path: str,
+    body: object,
+    served: bytes,
+) -> None:
+    (tmp_path / "m.api-generate.stream.ndjson").write_bytes(b'{"response":"a","done":false}\n')
+    (tmp_path / "m.api-generate.json").write_bytes(b'{"response":"a","done":true}')
+    (tmp_path / "m.generate.json").write_bytes(b'[{"generated_text":"a"}]')
+    (tmp_path / "m.generate-stream.sse").write_bytes(b'data:{"token":{"text":"a"}}\n\n')
+    server = await aiohttp_server(build_emulator_app(tmp_path))
+    status, _, got = await post(session, server, path, body)
+    assert (status, got) == (200, served)
 
 
 async def test_exact_name_comes_before_the_endpoint_pattern(
@@ -229,7 +369,7 @@ async def test_exact_name_comes_before_the_endpoint_pattern(
     assert (status, body) == (200, b'{"exact":true}')
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/openai/v1/models", "/models"])
+@pytest.mark.parametrize("path", ["/v1/models", "/openai/v1/models", "/models", "/v1beta/models"])
 async def test_models_lists_what_can_be_asked_for(
     session: aiohttp.ClientSession, emulator: TestServer, path: str
 ) -> None:
@@ -313,6 +453,136 @@ async def test_wrong_method_is_405(session: aiohttp.ClientSession, emulator: Tes
         assert (await resp.json())["error"]["type"] == "invalid_request_error"
 
 
+# Native APIs: their errors come in the provider's own envelope.
+
+NO_RECORDING = "no recording for model 'nope'"
+NOT_JSON = "the request body is not valid JSON"
+NO_MODEL = "the request body must be a JSON object with a string 'model'"
+
+
+def anthropic_error(kind: str, message: str) -> object:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def google_error(code: int, status: str, message: str) -> object:
+    return {"error": {"code": code, "message": message, "status": status}}
+
+
+def tgi_error(kind: str, message: str) -> object:
+    return {"error": message, "error_type": kind}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        ("/v1/messages", {"model": "nope"}, anthropic_error("not_found_error", NO_RECORDING)),
+        (
+            "/v1/messages",
+            {"model": "nope", "stream": True},
+            anthropic_error("not_found_error", NO_RECORDING),
+        ),
+        ("/v1beta/models/nope:generateContent", {}, google_error(404, "NOT_FOUND", NO_RECORDING)),
+        (
+            "/v1beta/models/nope:streamGenerateContent?alt=sse",
+            {},
+            google_error(404, "NOT_FOUND", NO_RECORDING),
+        ),
+        ("/v2/chat", {"model": "nope", "stream": True}, {"message": NO_RECORDING}),
+        ("/api/chat", {"model": "nope"}, {"error": NO_RECORDING}),
+        ("/api/generate", {"model": "nope", "stream": False}, {"error": NO_RECORDING}),
+        ("/tgi/nope/generate_stream", {"inputs": "Hi"}, tgi_error("validation", NO_RECORDING)),
+        ("/tgi/nope/generate", {"inputs": "Hi"}, tgi_error("validation", NO_RECORDING)),
+    ],
+)
+async def test_native_unknown_model_is_404(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str, body: object, error: object
+) -> None:
+    status, headers, served = await post(session, emulator, path, body)
+    assert (status, headers["Content-Type"]) == (404, "application/json")
+    assert orjson.loads(served) == error
+
+
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [
+        # The server decodes %2F, but the model is only the path's last segment.
+        ("/v1beta/models/..%2F..%2Fsecret.json:generateContent", "secret.json"),
+        ("/v1beta/models/.openai.chat.json:generateContent", ".openai.chat.json"),
+        ("/tgi/..%2F..%2Fsecret.json/generate", "secret.json"),
+        ("/README.md/generate_stream", "README.md"),
+    ],
+)
+async def test_a_model_in_the_path_cannot_leave_the_folder(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str, model: str
+) -> None:
+    # A string URL: the client sends the %2F escapes as they are.
+    async with session.post(f"http://{emulator.host}:{emulator.port}{path}", json={}) as resp:
+        assert resp.status == 404
+        assert f"no recording for model '{model}'" in await resp.text()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        ("/v1/messages", b"{", anthropic_error("invalid_request_error", NOT_JSON)),
+        ("/v1/messages", b'{"max_tokens": 1}', anthropic_error("invalid_request_error", NO_MODEL)),
+        (
+            "/v1beta/models/gemini:generateContent",
+            b"{",
+            google_error(400, "INVALID_ARGUMENT", NOT_JSON),
+        ),
+        (
+            "/v1beta/models/gemini:streamGenerateContent?alt=sse",
+            b"[1]",
+            google_error(400, "INVALID_ARGUMENT", "the request body must be a JSON object"),
+        ),
+        (
+            "/v1beta/models/:generateContent",
+            b"{}",
+            google_error(
+                400, "INVALID_ARGUMENT", "the path names no model before :generateContent"
+            ),
+        ),
+        ("/v2/chat", b"", {"message": NOT_JSON}),
+        ("/v2/chat", b'{"model": null}', {"message": NO_MODEL}),
+        ("/api/chat", b"{", {"error": NOT_JSON}),
+        ("/api/generate", b"[]", {"error": NO_MODEL}),
+        ("/tgi/tgi/generate_stream", b"nope", tgi_error("validation", NOT_JSON)),
+        (
+            "/generate_stream",
+            b'{"inputs": "Hi"}',
+            tgi_error("validation", "the path names no model before /generate_stream"),
+        ),
+    ],
+)
+async def test_native_bad_body_is_400(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str, body: bytes, error: object
+) -> None:
+    async with session.post(emulator.make_url(path), data=body) as resp:
+        assert (resp.status, resp.headers["Content-Type"]) == (400, "application/json")
+        assert await resp.json() == error
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        (
+            "/v1/messages",
+            anthropic_error(
+                "invalid_request_error", "GET is not allowed on /v1/messages; use POST"
+            ),
+        ),
+        ("/api/chat", {"error": "GET is not allowed on /api/chat; use POST"}),
+    ],
+)
+async def test_native_wrong_method_is_405(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str, error: object
+) -> None:
+    async with session.get(emulator.make_url(path)) as resp:
+        assert (resp.status, resp.headers["Allow"]) == (405, "POST")
+        assert await resp.json() == error
+
+
 # Streams: the exact bytes, event by event.
 
 
@@ -362,6 +632,62 @@ async def test_chunk_delay_paces_events(
         chunks = await read_http_chunks(resp)
     assert chunks == [b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n"]
     assert time.monotonic() - started >= 0.2
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "name", "split"),
+    [
+        (
+            "/v1/messages",
+            {"model": "anthropic", "stream": True},
+            "anthropic.messages.stream.sse",
+            split_events,
+        ),
+        (
+            "/v1beta/models/gemini:streamGenerateContent?alt=sse",
+            {"contents": []},
+            "gemini.generate-content.stream.sse",
+            split_events,
+        ),
+        (
+            "/v1beta/models/gemini:streamGenerateContent",
+            {"contents": []},
+            "gemini.generate-content.stream.json-array.json",
+            split_array,
+        ),
+        ("/v2/chat", {"model": "cohere", "stream": True}, "cohere.chat.stream.sse", split_events),
+        ("/api/chat", {"model": "ollama"}, "ollama.api-chat.stream.ndjson", split_lines),
+        ("/tgi/tgi/generate_stream", {"inputs": "Hi"}, "tgi.generate-stream.sse", split_events),
+    ],
+)
+async def test_native_stream_is_written_in_its_units(
+    session: aiohttp.ClientSession,
+    emulator: TestServer,
+    path: str,
+    body: object,
+    name: str,
+    split: Callable[[bytes], tuple[bytes, ...]],
+) -> None:
+    async with session.post(emulator.make_url(path), json=body) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == served_type(name)
+        assert "Content-Length" not in resp.headers
+        chunks = await read_http_chunks(resp)
+    assert b"".join(chunks) == packaged(name)
+    assert chunks == list(split(packaged(name)))
+    assert len(chunks) > 2
+
+
+async def test_gemini_array_stream_is_written_one_element_at_a_time(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    url = emulator.make_url("/v1beta/models/gemini:streamGenerateContent")
+    async with session.post(url, json={"contents": []}) as resp:
+        assert resp.headers["Content-Type"] == "application/json"
+        chunks = await read_http_chunks(resp)
+    assert [chunk[:1] for chunk in chunks] == [b"[", b",", b",", b"]"]
+    elements = orjson.loads(b"".join(chunks))
+    assert [len(element["candidates"]) for element in elements] == [1, 1, 1]
 
 
 @pytest.mark.parametrize(
@@ -433,6 +759,28 @@ async def test_request_log_records_bad_requests_too(
     assert [(e["method"], e["path"], e["json"]) for e in log] == [
         ("POST", "/v1/chat/completions", None),
         ("GET", "/nowhere", None),
+    ]
+
+
+async def test_request_log_shows_native_requests(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    gemini = {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]}
+    tgi = {"inputs": "Hi", "parameters": {"details": True}}
+    anthropic = {"model": "anthropic", "max_tokens": 16, "messages": [], "stream": True}
+    requests = [
+        ("/v1beta/models/gemini:streamGenerateContent?alt=sse", gemini),
+        ("/tgi/tgi.generate-stream.sse/generate_stream", tgi),
+        ("/v1/messages", anthropic),
+    ]
+    for path, body in requests:
+        assert (await post(session, emulator, path, body))[0] == 200
+    async with session.get(emulator.make_url("/_emulator/requests")) as resp:
+        log = await resp.json()
+    assert [(e["method"], e["path"], e["query"], e["json"]) for e in log] == [
+        ("POST", "/v1beta/models/gemini:streamGenerateContent", {"alt": "sse"}, gemini),
+        ("POST", "/tgi/tgi.generate-stream.sse/generate_stream", {}, tgi),
+        ("POST", "/v1/messages", {}, anthropic),
     ]
 
 
@@ -661,6 +1009,279 @@ async def test_route_faults(session: aiohttp.ClientSession, aiohttp_server: Aioh
     assert (status, served) == (200, packaged("openai.completions.json"))
     async with session.get(server.make_url("/v1/models")) as resp:
         assert resp.status == 502
+
+
+def fault_message(code: int) -> str:
+    return f"emulated fault: status {code}"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "code", "error"),
+    [
+        (
+            "/v1/messages",
+            {"model": "anthropic@status=429"},
+            429,
+            anthropic_error("rate_limit_error", fault_message(429)),
+        ),
+        (
+            "/v1/messages",
+            {"model": "x@status=529", "stream": True},
+            529,
+            anthropic_error("overloaded_error", fault_message(529)),
+        ),
+        (
+            "/v1/messages",
+            {"model": "x@status=503"},
+            503,
+            anthropic_error("api_error", fault_message(503)),
+        ),
+        (
+            "/v1/messages",
+            {"model": "x@status=418"},
+            418,
+            anthropic_error("invalid_request_error", fault_message(418)),
+        ),
+        (
+            "/v1beta/models/gemini@status=429:generateContent",
+            {},
+            429,
+            google_error(429, "RESOURCE_EXHAUSTED", fault_message(429)),
+        ),
+        (
+            "/v1beta/models/x@status=503:streamGenerateContent?alt=sse",
+            {},
+            503,
+            google_error(503, "UNAVAILABLE", fault_message(503)),
+        ),
+        (
+            "/v1beta/models/x@status=502:streamGenerateContent",
+            {},
+            502,
+            google_error(502, "INTERNAL", fault_message(502)),
+        ),
+        ("/v2/chat", {"model": "cohere@status=500"}, 500, {"message": fault_message(500)}),
+        ("/api/chat", {"model": "x@status=404"}, 404, {"error": fault_message(404)}),
+        (
+            "/tgi/x@status=429/generate_stream",
+            {"inputs": "Hi"},
+            429,
+            tgi_error("overloaded", fault_message(429)),
+        ),
+        (
+            "/tgi/x@status=500/generate",
+            {"inputs": "Hi"},
+            500,
+            tgi_error("generation", fault_message(500)),
+        ),
+    ],
+)
+async def test_native_fault_status_in_the_providers_envelope(
+    session: aiohttp.ClientSession,
+    emulator: TestServer,
+    path: str,
+    body: object,
+    code: int,
+    error: object,
+) -> None:
+    status, headers, served = await post(session, emulator, path, body)
+    assert (status, headers["Content-Type"]) == (code, "application/json")
+    assert headers.get("Retry-After") == ("1" if code in (429, 503) else None)
+    assert orjson.loads(served) == error
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "name"),
+    [
+        (
+            "/v1/messages",
+            {"model": "anthropic@reset-after=300", "stream": True},
+            "anthropic.messages.stream.sse",
+        ),
+        (
+            "/v1beta/models/gemini@reset-after=300:streamGenerateContent?alt=sse",
+            {},
+            "gemini.generate-content.stream.sse",
+        ),
+        (
+            "/v1beta/models/gemini@reset-after=300:streamGenerateContent",
+            {},
+            "gemini.generate-content.stream.json-array.json",
+        ),
+        (
+            "/v1beta/models/gemini@reset-after=300:generateContent",
+            {},
+            "gemini.generate-content.json",
+        ),
+        ("/api/chat", {"model": "ollama@reset-after=300"}, "ollama.api-chat.stream.ndjson"),
+        ("/tgi/tgi@reset-after=300/generate_stream", {"inputs": "Hi"}, "tgi.generate-stream.sse"),
+    ],
+)
+async def test_native_fault_reset_after(
+    session: aiohttp.ClientSession, emulator: TestServer, path: str, body: object, name: str
+) -> None:
+    received = b""
+    async with session.post(emulator.make_url(path), json=body) as resp:
+        assert resp.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async for data in resp.content.iter_any():
+                received += data
+    assert packaged(name).startswith(received)
+    assert len(received) <= 300
+
+
+async def test_native_fault_stall_after_and_others(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    url = emulator.make_url("/tgi/tgi@stall-after=50/generate_stream")
+    async with session.post(url, json={}, timeout=aiohttp.ClientTimeout(sock_read=0.3)) as resp:
+        assert await resp.content.readexactly(50) == packaged("tgi.generate-stream.sse")[:50]
+        with pytest.raises(TimeoutError):
+            await resp.content.read(1)
+    status, headers, _ = await post(session, emulator, "/api/chat", {"model": "x@html=502"})
+    assert (status, headers["Content-Type"]) == (502, "text/html")
+    path = "/v1beta/models/x@wrong-type:generateContent"
+    assert (await post(session, emulator, path, {}))[2] == b"hello"
+    status, _, served = await post(
+        session, emulator, "/v1beta/models/x@explode:generateContent", {}
+    )
+    assert status == 400
+    assert orjson.loads(served)["error"]["status"] == "INVALID_ARGUMENT"
+    assert "explode" in orjson.loads(served)["error"]["message"]
+
+
+async def first_writes(resp: aiohttp.ClientResponse, count: int) -> list[bytes]:
+    chunks, current = [], b""
+    async for data, end_of_chunk in resp.content.iter_chunks():
+        current += data
+        if end_of_chunk:
+            chunks.append(current)
+            current = b""
+            if len(chunks) == count:
+                break
+    return chunks
+
+
+def decode_writes(content_type: str, chunks: list[bytes]) -> list[tuple[str | None, Any]]:
+    """The events in an endless stream's first writes: each SSE event's name and data, each
+    NDJSON line, or each element of the JSON array (closed here, as the stream never is)."""
+    if content_type == "application/x-ndjson":
+        assert all(chunk.count(b"\n") == 1 and chunk.endswith(b"\n") for chunk in chunks)
+        return [(None, orjson.loads(chunk)) for chunk in chunks]
+    if content_type == "application/json":
+        assert chunks[0].startswith(b"[")
+        assert all(chunk.startswith(b",") for chunk in chunks[1:])
+        return [(None, element) for element in orjson.loads(b"".join(chunks) + b"]")]
+    events: list[tuple[str | None, Any]] = []
+    for event in (event for chunk in chunks for event in split_events(chunk)):
+        fields = dict(line.split(": ", 1) for line in event.decode().splitlines() if line)
+        events.append((fields.get("event"), orjson.loads(fields["data"])))
+    return events
+
+
+def anthropic_text(data: Any) -> str:
+    return str(data["delta"]["text"])
+
+
+def cohere_text(data: Any) -> str:
+    return str(data["delta"]["message"]["content"]["text"])
+
+
+def gemini_text(data: Any) -> str:
+    return str(data["candidates"][0]["content"]["parts"][0]["text"])
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "content_type", "names", "text"),
+    [
+        (
+            "/v1/messages",
+            {"model": "anthropic@endless", "stream": True},
+            "text/event-stream",
+            ["message_start", "content_block_start"] + ["content_block_delta"] * 4,
+            anthropic_text,
+        ),
+        (
+            "/v2/chat",
+            {"model": "cohere@endless", "stream": True},
+            "text/event-stream",
+            ["message-start", "content-start"] + ["content-delta"] * 4,
+            cohere_text,
+        ),
+        (
+            "/v1beta/models/x@endless:streamGenerateContent?alt=sse",
+            {},
+            "text/event-stream",
+            [None] * 4,
+            gemini_text,
+        ),
+        (
+            "/v1beta/models/x@endless:streamGenerateContent",
+            {},
+            "application/json",
+            [None] * 4,
+            gemini_text,
+        ),
+        (
+            "/api/chat",
+            {"model": "x@endless"},
+            "application/x-ndjson",
+            [None] * 4,
+            lambda data: data["message"]["content"],
+        ),
+        (
+            "/api/generate",
+            {"model": "x@endless"},
+            "application/x-ndjson",
+            [None] * 4,
+            lambda data: data["response"],
+        ),
+        (
+            "/tgi/x@endless/generate_stream",
+            {},
+            "text/event-stream",
+            [None] * 4,
+            lambda data: data["token"]["text"],
+        ),
+    ],
+)
+async def test_native_fault_endless_speaks_the_dialect(
+    session: aiohttp.ClientSession,
+    emulator: TestServer,
+    path: str,
+    body: object,
+    content_type: str,
+    names: list[str | None],
+    text: Callable[[Any], str],
+) -> None:
+    async with session.post(emulator.make_url(path), json=body) as resp:
+        assert resp.headers["Content-Type"] == content_type
+        chunks = await first_writes(resp, 4)
+    events = decode_writes(content_type, chunks)
+    assert [name for name, _ in events] == names
+    # Named events carry their name as their type too, as Anthropic's and Cohere's do.
+    assert all(data["type"] == name for name, data in events if name is not None)
+    assert text(events[-1][1]) == "x "
+
+
+async def test_route_faults_on_native_endpoints(
+    session: aiohttp.ClientSession, aiohttp_server: AiohttpServer
+) -> None:
+    faults = {"messages": "status=529", "chat": "status=503", "generate-content": "status=429"}
+    server = await aiohttp_server(build_emulator_app(faults=faults))
+    status, _, served = await post(session, server, "/v1/messages", {"model": "anthropic"})
+    assert (status, served) == (
+        529,
+        orjson.dumps(anthropic_error("overloaded_error", fault_message(529))),
+    )
+    # "chat" is OpenAI's endpoint name and Cohere's.
+    status, _, served = await post(session, server, "/v2/chat", {"model": "cohere"})
+    assert (status, orjson.loads(served)) == (503, {"message": fault_message(503)})
+    for method in ("generateContent", "streamGenerateContent?alt=sse"):
+        status, _, _ = await post(session, server, f"/v1beta/models/gemini:{method}", {})
+        assert status == 429
+    status, _, served = await post(session, server, "/api/chat", {"model": "ollama"})
+    assert (status, served) == (200, packaged("ollama.api-chat.stream.ndjson"))
 
 
 @pytest.mark.parametrize("faults", [{"embeddings": "hang"}, {"chat": "explode"}])

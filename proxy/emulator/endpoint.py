@@ -2,17 +2,25 @@
 
 Providers mount the same API under different prefixes (``/v1``, ``/openai/v1``,
 ``/serverless/v1``, ``/api``), so an endpoint is recognised by how its path ends. The table is
-searched in order because ``/completions`` is also how ``/chat/completions`` ends.
+searched in order because ``/completions`` is also how ``/chat/completions`` ends, and
+``/generate`` how ``/api/generate`` ends.
+
+Most requests name their model in the body. Gemini names it in the path
+(``/v1beta/models/{model}:generateContent``) and TGI's body names none, so for those the model
+is the path segment the suffix follows: ``/tgi/tgi.generate-stream.sse/generate_stream``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Final
+from typing import Final, Literal
 
 import orjson
+
+StreamRule = Literal["body", "unless-false", "always", "never"]
+"""When a request streams: when its body's ``stream`` is true; unless it is false (Ollama
+streams by default); always (the path says so); never."""
 
 
 @dataclass(frozen=True)
@@ -21,13 +29,71 @@ class Endpoint:
     suffix: str
     name: str
     """The ``<endpoint>`` part of the recordings' names."""
+    dialect: str = "openai"
+    """Whose error bodies and endless streams it answers with."""
+    model_in_path: bool = False
+    streams: StreamRule = "body"
+    stream_ending: str = ".stream.sse"
+    """How a stream recording's name goes on after ``<model>.<endpoint>``."""
+    alt_sse_ending: str | None = None
+    """The ending instead when the query has ``alt=sse``: Google's system parameter ``alt``
+    picks the stream's form, SSE or (``alt=json``, the default) one JSON array."""
 
 
 ENDPOINTS: Final = (
     Endpoint("POST", "/chat/completions", "chat"),
     Endpoint("POST", "/completions", "completions"),
     # Maritaca's legacy API is mounted at /api, so its path is /api/chat/inference.
-    Endpoint("POST", "/chat/inference", "chat-inference"),
+    Endpoint("POST", "/chat/inference", "chat-inference", dialect="maritaca"),
+    Endpoint("POST", "/v1/messages", "messages", dialect="anthropic"),
+    Endpoint(
+        "POST",
+        ":generateContent",
+        "generate-content",
+        dialect="gemini",
+        model_in_path=True,
+        streams="never",
+    ),
+    Endpoint(
+        "POST",
+        ":streamGenerateContent",
+        "generate-content",
+        dialect="gemini",
+        model_in_path=True,
+        streams="always",
+        stream_ending=".stream.json-array.json",
+        alt_sse_ending=".stream.sse",
+    ),
+    # Cohere's v2 chat shares OpenAI's endpoint name: the model name keeps their recordings
+    # apart (cohere.chat.json).
+    Endpoint("POST", "/v2/chat", "chat", dialect="cohere"),
+    Endpoint(
+        "POST",
+        "/api/chat",
+        "api-chat",
+        dialect="ollama",
+        streams="unless-false",
+        stream_ending=".stream.ndjson",
+    ),
+    Endpoint(
+        "POST",
+        "/api/generate",
+        "api-generate",
+        dialect="ollama",
+        streams="unless-false",
+        stream_ending=".stream.ndjson",
+    ),
+    # The name says it streams, so its recording is <model>.generate-stream.sse.
+    Endpoint(
+        "POST",
+        "/generate_stream",
+        "generate-stream",
+        dialect="tgi",
+        model_in_path=True,
+        streams="always",
+        stream_ending=".sse",
+    ),
+    Endpoint("POST", "/generate", "generate", dialect="tgi", model_in_path=True, streams="never"),
     Endpoint("GET", "/models", "models"),
 )
 
@@ -41,18 +107,45 @@ def match_endpoint(path: str) -> Endpoint | None:
     return None
 
 
-def recording_names(model: str, endpoint: Endpoint, *, stream: bool) -> tuple[str, ...]:
+def path_model(endpoint: Endpoint, path: str) -> str:
+    """The path segment before ``endpoint``'s suffix: the model, when the path names it."""
+    path = path.rstrip("/")
+    return path[: len(path) - len(endpoint.suffix)].rpartition("/")[2]
+
+
+def wants_stream(endpoint: Endpoint, payload: Mapping[str, object]) -> bool:
+    """Whether a request to ``endpoint`` with body ``payload`` asks for a stream.
+
+    Only true streams: a truthy non-boolean ``stream`` is not a stream request.
+    """
+    if endpoint.streams == "body":
+        return payload.get("stream") is True
+    if endpoint.streams == "unless-false":
+        return payload.get("stream") is not False
+    return endpoint.streams == "always"
+
+
+def stream_ending(endpoint: Endpoint, query: Mapping[str, str]) -> str:
+    """How the name of the recording that streams ``endpoint`` ends, for this query."""
+    if endpoint.alt_sse_ending is not None and query.get("alt") == "sse":
+        return endpoint.alt_sse_ending
+    return endpoint.stream_ending
+
+
+def recording_names(
+    model: str, endpoint: Endpoint, *, stream: bool, ending: str = ".stream.sse"
+) -> tuple[str, ...]:
     """The recordings that would answer ``model``, best first.
 
     A model that names a file gets that file whatever it asked for, so a test can pick a
-    variant (``groq.chat.stream.tool-call.sse``); otherwise ``<model>.<endpoint>.stream.sse``
-    answers a streaming request and ``<model>.<endpoint>.json`` any other. A model with no
-    stream recording answers a stream request with its JSON body, as servers that ignore
-    ``stream`` do (Maritaca's OpenAI-compatible stream was never recorded).
+    variant (``groq.chat.stream.tool-call.sse``); otherwise ``<model>.<endpoint><ending>``
+    (``stream_ending``) answers a streaming request and ``<model>.<endpoint>.json`` any other.
+    A model with no stream recording answers a stream request with its JSON body, as servers
+    that ignore ``stream`` do (Maritaca's OpenAI-compatible stream was never recorded).
     """
     whole = f"{model}.{endpoint.name}.json"
     if stream:
-        return (model, f"{model}.{endpoint.name}.stream.sse", whole)
+        return (model, f"{model}.{endpoint.name}{ending}", whole)
     return (model, whole)
 
 
@@ -61,42 +154,3 @@ def model_list(recordings: list[str]) -> bytes:
     ids = sorted({name.split(".", 1)[0] for name in recordings} | set(recordings))
     data = [{"id": id_, "object": "model", "created": 0, "owned_by": "emulator"} for id_ in ids]
     return orjson.dumps({"object": "list", "data": data})
-
-
-def endless_event(endpoint: Endpoint, model: str, index: int) -> bytes:
-    """Event number ``index`` of a never-ending stream that is valid for ``endpoint``."""
-    chunk = _ENDLESS_CHUNKS.get(endpoint.name, _chat_chunk)(model, index)
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-
-def _chat_chunk(model: str, index: int) -> object:
-    # OpenAI announces the role in the first delta only.
-    delta = {"role": "assistant", "content": ""} if index == 0 else {"content": "x "}
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-    return {
-        "id": "chatcmpl-emulator-endless",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": model,
-        "choices": [choice],
-    }
-
-
-def _completion_chunk(model: str, index: int) -> object:
-    choice = {"index": 0, "text": "x ", "logprobs": None, "finish_reason": None}
-    return {
-        "id": "cmpl-emulator-endless",
-        "object": "text_completion",
-        "created": 0,
-        "model": model,
-        "choices": [choice],
-    }
-
-
-def _inference_chunk(model: str, index: int) -> object:
-    return {"text": "x "}  # Maritaca's legacy stream: bare text events.
-
-
-_ENDLESS_CHUNKS: Final[MappingProxyType[str, Callable[[str, int], object]]] = MappingProxyType(
-    {"completions": _completion_chunk, "chat-inference": _inference_chunk}
-)

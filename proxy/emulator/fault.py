@@ -5,8 +5,8 @@ model name, ``<model>@<fault>[=<arg>]``, or is set for a whole endpoint when the
 (the model's own fault comes first). One fault per request.
 
     fault                 the client gets                                        recording
-    status=<code>         <code> (400..599), OpenAI error body; Retry-After: 1       no
-                          with 429 and 503
+    status=<code>         <code> (400..599), an error body in the provider's own     no
+                          envelope (``envelope``); Retry-After: 1 with 429 and 503
     html=<code>           <code> (400..599), text/html error page, as from nginx     no
     reset-after=<n>       200 and the first n bytes of the body, then the            yes
                           connection aborted (no last chunk / short Content-Length)
@@ -14,8 +14,9 @@ model name, ``<model>@<fault>[=<arg>]``, or is set for a whole endpoint when the
     slow-first-byte=<s>   nothing for s seconds, then the recording as usual         yes
     hang                  nothing at all until shutdown                              no
     garbage[=<n>]         200 text/event-stream, n (4096) bytes that are not UTF-8   no
-    endless               200 text/event-stream of valid chunks that never ends,     no
-                          one per chunk_delay (1 ms without one)
+    endless               200 and a stream of valid events in the endpoint's own     no
+                          dialect and form that never ends, one write per
+                          chunk_delay (1 ms without one)
     no-newline            200 text/event-stream "data: " and a line that never ends  no
     not-object            200 application/json ``[1,2,3]``                           no
     wrong-type            200 text/plain ``hello``                                   no

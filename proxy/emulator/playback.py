@@ -14,12 +14,13 @@ from http import HTTPStatus
 from types import MappingProxyType
 from typing import Final, NoReturn
 
-import orjson
 from aiohttp import web
 
-from proxy.emulator.endpoint import Endpoint, endless_event
+from proxy.emulator.endless import endless_event
+from proxy.emulator.endpoint import Endpoint
+from proxy.emulator.envelope import ErrorInfo, error_body
 from proxy.emulator.fault import Fault
-from proxy.emulator.recording import Recording
+from proxy.emulator.recording import Recording, content_type
 
 # With no chunk_delay, endless output is paced at 1 ms so it cannot starve the event loop.
 ENDLESS_INTERVAL: Final = 0.001
@@ -43,22 +44,18 @@ class Playback:
     recording: Recording | None
     chunk_delay: float
     """Seconds between a stream's events."""
+    ending: str = ".stream.sse"
+    """How the name of a recording streaming this request ends (``endpoint.stream_ending``):
+    the form the ``endless`` fault writes in."""
 
 
 def error_response(
-    status: int,
-    message: str,
-    *,
-    error_type: str = "invalid_request_error",
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
+    error: ErrorInfo, *, dialect: str = "openai", headers: dict[str, str] | None = None
 ) -> web.Response:
-    """A response with an OpenAI-style error body."""
-    error = {"message": message, "type": error_type, "param": param, "code": code}
+    """A response with ``error`` in ``dialect``'s error envelope (see ``envelope``)."""
     return web.Response(
-        status=status,
-        body=orjson.dumps({"error": error}),
+        status=error.status,
+        body=error_body(dialect, error),
         headers={"Content-Type": "application/json", **(headers or {})},
     )
 
@@ -97,12 +94,10 @@ async def _play_status(playback: Playback, fault: Fault) -> web.StreamResponse:
     fallback = "server_error" if status >= 500 else "invalid_request_error"
     # Providers send Retry-After with these two; the proxy's retry logic is tested against it.
     headers = {"Retry-After": "1"} if status in _RETRY_AFTER_STATUSES else {}
-    return error_response(
-        status,
-        f"emulated fault: status {status}",
-        error_type=_ERROR_TYPES.get(status, fallback),
-        headers=headers,
+    error = ErrorInfo(
+        status, f"emulated fault: status {status}", _ERROR_TYPES.get(status, fallback)
     )
+    return error_response(error, dialect=playback.endpoint.dialect, headers=headers)
 
 
 async def _play_html(playback: Playback, fault: Fault) -> web.StreamResponse:
@@ -149,11 +144,12 @@ async def _play_garbage(playback: Playback, fault: Fault) -> web.StreamResponse:
 
 
 async def _play_endless(playback: Playback, fault: Fault) -> web.StreamResponse:
-    response = await _start(playback.request, 200, "text/event-stream")
+    response = await _start(playback.request, 200, content_type(playback.ending))
     interval = playback.chunk_delay or ENDLESS_INTERVAL
     index = 0
     while True:
-        await response.write(endless_event(playback.endpoint, playback.model, index))
+        event = endless_event(playback.endpoint, playback.ending, playback.model, index)
+        await response.write(event)
         await asyncio.sleep(interval)
         index += 1
 

@@ -4,10 +4,14 @@ A recording is served with the status and content type its name implies, in the 
 format is written in: a whole JSON body at once, an event stream event by event, NDJSON line by
 line. Splitting never changes a byte, so the client receives exactly the file.
 
-    extension   content type            written as                 status
-    .json       application/json        one body (Content-Length)  200, or an error status below
-    .sse        text/event-stream       one chunk per event        200
-    .ndjson     application/x-ndjson    one chunk per line         200
+    name ends in       content type           written as                 status
+    .json-array.json   application/json       one chunk per element      200
+    .json              application/json       one body (Content-Length)  200, or an error (below)
+    .sse               text/event-stream      one chunk per event        200
+    .ndjson            application/x-ndjson   one chunk per line         200
+
+A ``.json-array.json`` recording is a stream too: Gemini's ``streamGenerateContent`` without
+``alt=sse`` answers with one JSON array whose elements arrive as the model makes them.
 
 A ``.json`` recording whose name has an ``error`` segment replays a provider's error response:
 ``error.<3-digit code>`` (``gemini.error.429.json``) is served with that status,
@@ -78,16 +82,60 @@ def split_lines(data: bytes) -> tuple[bytes, ...]:
     return tuple(lines)
 
 
+def split_array(data: bytes) -> tuple[bytes, ...]:
+    """Split a JSON array before each top-level comma and before its closing bracket, keeping
+    every byte: ``[{..}\r\n``, ``,\r\n{..}\r\n``, ..., ``]``, as Gemini writes it.
+
+    Bytes inside strings are skipped, so a bracket or comma in a text never splits; a body
+    that is not an array stays whole.
+    """
+    if not data.lstrip().startswith(b"["):
+        return (data,) if data else ()
+    pieces: list[bytes] = []
+    start = depth = 0
+    in_string = escaped = False
+    for index, byte in enumerate(data):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == _BACKSLASH:
+                escaped = True
+            elif byte == _QUOTE:
+                in_string = False
+        elif byte == _QUOTE:
+            in_string = True
+        elif byte in _OPENERS:
+            depth += 1
+        elif byte in _CLOSERS:
+            depth -= 1
+            if depth == 0 and index > start:
+                pieces.append(data[start:index])
+                start = index
+        elif byte == _COMMA and depth == 1 and index > start:
+            pieces.append(data[start:index])
+            start = index
+    if start < len(data):
+        pieces.append(data[start:])
+    return tuple(pieces)
+
+
+_QUOTE: Final = ord('"')
+_BACKSLASH: Final = ord("\\")
+_COMMA: Final = ord(",")
+_OPENERS: Final = frozenset(b"[{")
+_CLOSERS: Final = frozenset(b"]}")
+
+
 def _whole(data: bytes) -> tuple[bytes, ...]:
     return (data,)
 
 
-_FORMATS: Final = MappingProxyType(
-    {
-        ".json": _Format("application/json", streamed=False, split=_whole),
-        ".sse": _Format("text/event-stream", streamed=True, split=split_events),
-        ".ndjson": _Format("application/x-ndjson", streamed=True, split=split_lines),
-    }
+# Searched in order: the first ending a name has is its format.
+_FORMATS: Final = (
+    (".json-array.json", _Format("application/json", streamed=True, split=split_array)),
+    (".json", _Format("application/json", streamed=False, split=_whole)),
+    (".sse", _Format("text/event-stream", streamed=True, split=split_events)),
+    (".ndjson", _Format("application/x-ndjson", streamed=True, split=split_lines)),
 )
 
 _ERROR_STATUSES: Final = MappingProxyType({"overloaded": OVERLOADED_STATUS})
@@ -103,7 +151,7 @@ def is_recording_name(name: str) -> bool:
         bool(name)
         and not name.startswith(".")
         and not any(char in name for char in "/\\\0")
-        and _extension(name) in _FORMATS
+        and _format(name) is not None
     )
 
 
@@ -121,7 +169,9 @@ def recording_status(name: str) -> int:
 
 def parse_recording(name: str, data: bytes) -> Recording:
     """A recording named ``name`` with body ``data``; ``name`` must pass ``is_recording_name``."""
-    form = _FORMATS[_extension(name)]
+    form = _format(name)
+    if form is None:
+        raise ValueError(f"{name!r} is not a recording's name")
     return Recording(
         name=name,
         status=recording_status(name),
@@ -132,6 +182,16 @@ def parse_recording(name: str, data: bytes) -> Recording:
     )
 
 
-def _extension(name: str) -> str:
-    dot = name.rfind(".")
-    return name[dot:] if dot > 0 else ""
+def content_type(ending: str) -> str:
+    """The content type of a recording whose name ends in ``ending`` (``.sse``, ...)."""
+    form = _format(f"x{ending}")
+    if form is None:
+        raise ValueError(f"no recording format ends in {ending!r}")
+    return form.content_type
+
+
+def _format(name: str) -> _Format | None:
+    for ending, form in _FORMATS:
+        if name.endswith(ending) and len(name) > len(ending):
+            return form
+    return None

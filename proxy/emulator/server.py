@@ -1,17 +1,23 @@
 """The emulator's aiohttp application: routes, the request log, and serving it.
 
-    request                              answer
-    POST .../chat/completions            the model's recording (see ``endpoint``), or its fault
-    POST .../completions                 the same, with ``completions`` recordings
-    POST .../api/chat/inference          the same, with Maritaca's ``chat-inference`` recordings
-    GET  .../models                      every model a request can ask for
-    GET  /_emulator/requests             the requests received, newest last (at most 1000)
-    DELETE /_emulator/requests           forget them
-    a known path, another method         405 with Allow, OpenAI-style
-    anything else                        404, OpenAI-style
+    request                                         answer: the model's recording, or its fault
+    POST .../chat/completions, .../completions      OpenAI's ``chat`` and ``completions``
+    POST .../api/chat/inference                     Maritaca's ``chat-inference``
+    POST .../v1/messages                            Anthropic's ``messages``
+    POST .../models/{model}:generateContent         Gemini's ``generate-content``; streamed
+    POST .../models/{model}:streamGenerateContent   (SSE with ``alt=sse``, else a JSON array)
+    POST .../v2/chat                                Cohere's ``chat``
+    POST .../api/chat, .../api/generate             Ollama's ``api-chat`` and ``api-generate``
+    POST .../{model}/generate_stream, /generate     TGI's ``generate-stream`` and ``generate``
+    GET  .../models                                 every model a request can ask for
+    GET  /_emulator/requests                        the requests received, newest last (1000)
+    DELETE /_emulator/requests                      forget them
+    a known path, another method                    405 with Allow
+    anything else                                   404, OpenAI-style
 
-A body that is not JSON gets 400, a body without a string ``model`` 400, an unknown fault 400
-and a model with no recording 404, each with an OpenAI-style error body.
+A body that is not JSON gets 400, a body without a string ``model`` 400 (unless the path names
+the model), an unknown fault 400 and a model with no recording 404, each with an error body in
+the envelope of the endpoint's provider (see ``envelope``).
 """
 
 from __future__ import annotations
@@ -36,8 +42,12 @@ from proxy.emulator.endpoint import (
     Endpoint,
     match_endpoint,
     model_list,
+    path_model,
     recording_names,
+    stream_ending,
+    wants_stream,
 )
+from proxy.emulator.envelope import ErrorInfo
 from proxy.emulator.fault import Fault, FaultError, parse_fault, split_model
 from proxy.emulator.playback import Playback, error_response, play
 from proxy.emulator.recording import parse_recording
@@ -85,8 +95,9 @@ def build_emulator_app(
     """The emulator, replaying ``recordings`` (None: the packaged ones).
 
     ``chunk_delay`` is the pause in seconds between a stream's events. ``faults`` maps an
-    endpoint name (``chat``, ``completions``, ``chat-inference``, ``models``) to the fault every
-    request to it gets unless its model names another; ValueError if one cannot be parsed.
+    endpoint name (``chat``, ``completions``, ``messages``, ``models``, ...: ``ENDPOINTS``) to
+    the fault every request to it gets unless its model names another; ValueError if one
+    cannot be parsed.
     """
     if not math.isfinite(chunk_delay) or chunk_delay < 0:
         raise ValueError(f"chunk_delay must be a number of seconds, not {chunk_delay!r}")
@@ -207,10 +218,11 @@ async def _answer_request(request: web.Request, emulator: Emulator) -> web.Strea
     endpoint = match_endpoint(request.path)
     if endpoint is None:
         message = f"Invalid URL ({request.method} {request.path})"
-        return error_response(404, message, code="unknown_url")
+        return error_response(ErrorInfo(404, message, code="unknown_url"))
     if request.method != endpoint.method:
         message = f"{request.method} is not allowed on {request.path}; use {endpoint.method}"
-        return error_response(405, message, headers={"Allow": endpoint.method})
+        error = ErrorInfo(405, message)
+        return error_response(error, dialect=endpoint.dialect, headers={"Allow": endpoint.method})
     if endpoint.method == "GET":
         listing = parse_recording("models.json", model_list(emulator.store.names()))
         playback = Playback(request, endpoint, "", listing, emulator.chunk_delay)
@@ -221,25 +233,49 @@ async def _answer_request(request: web.Request, emulator: Emulator) -> web.Strea
 async def _answer_model(
     request: web.Request, emulator: Emulator, endpoint: Endpoint, payload: object
 ) -> web.StreamResponse:
-    if payload is _NOT_JSON:
-        return error_response(400, "the request body is not valid JSON", code="invalid_json")
-    if not isinstance(payload, dict) or not isinstance(model := payload.get("model"), str):
-        message = "the request body must be a JSON object with a string 'model'"
-        return error_response(400, message, param="model")
+    asked = _requested_model(request, endpoint, payload)
+    if isinstance(asked, ErrorInfo):
+        return error_response(asked, dialect=endpoint.dialect)
+    model, body = asked
+    param = None if endpoint.model_in_path else "model"
     base, spec = split_model(model)
     try:
         fault = parse_fault(spec) if spec is not None else emulator.route_faults.get(endpoint.name)
     except FaultError as exc:
-        return error_response(400, str(exc), param="model", code="invalid_fault")
+        error = ErrorInfo(400, str(exc), param=param, code="invalid_fault")
+        return error_response(error, dialect=endpoint.dialect)
+    ending = stream_ending(endpoint, request.query)
     recording = None
     if fault is None or fault.needs_recording:
-        names = recording_names(base, endpoint, stream=payload.get("stream") is True)
-        recording = emulator.store.find(names)
+        stream = wants_stream(endpoint, body)
+        recording = emulator.store.find(
+            recording_names(base, endpoint, stream=stream, ending=ending)
+        )
         if recording is None:
             message = f"no recording for model '{base}'"
-            return error_response(404, message, param="model", code="model_not_found")
-    playback = Playback(request, endpoint, base, recording, emulator.chunk_delay)
+            error = ErrorInfo(404, message, param=param, code="model_not_found")
+            return error_response(error, dialect=endpoint.dialect)
+    playback = Playback(request, endpoint, base, recording, emulator.chunk_delay, ending=ending)
     return await play(playback, fault)
+
+
+def _requested_model(
+    request: web.Request, endpoint: Endpoint, payload: object
+) -> tuple[str, dict[str, object]] | ErrorInfo:
+    """The model the request names (see ``endpoint``) and its body, or the 400 it gets."""
+    if payload is _NOT_JSON:
+        return ErrorInfo(400, "the request body is not valid JSON", code="invalid_json")
+    if endpoint.model_in_path:
+        if not isinstance(payload, dict):
+            return ErrorInfo(400, "the request body must be a JSON object")
+        in_path = path_model(endpoint, request.path)
+        if not in_path:
+            return ErrorInfo(400, f"the path names no model before {endpoint.suffix}")
+        return in_path, payload
+    if not isinstance(payload, dict) or not isinstance(model := payload.get("model"), str):
+        message = "the request body must be a JSON object with a string 'model'"
+        return ErrorInfo(400, message, param="model")
+    return model, payload
 
 
 def _parse_json(body: bytes) -> object:

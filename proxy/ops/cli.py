@@ -138,7 +138,8 @@ The proxy is running on {base} in front of the offline emulator (config/demo.yam
       print(chunk.choices[0].delta.content or "" if chunk.choices else "", end="")
 
 Models: gpt-4o-mini (OpenAI), llama-3.1-8b (FriendliAI), sabia-4 (Maritaca),
-gpt-5-nano (Azure), llama-3.3-70b (Groq), deepseek-r1 (DeepSeek). Ctrl-C stops.
+gpt-5-nano (Azure), llama-3.3-70b (Groq), deepseek-r1 (DeepSeek),
+claude-sonnet-4 (Anthropic), gemini-2.5-flash (Gemini). Ctrl-C stops.
 """
 
 
