@@ -1,0 +1,176 @@
+"""The Messages API's ``system`` and ``messages`` for an OpenAI chat request's messages
+(docs/providers/anthropic.md): roles, content parts, tool calls and results, cache_control.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from proxy.core.errors import InvalidRequest
+
+Block = dict[str, Any]
+
+
+def invalid(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
+    return InvalidRequest(message, param=param, code=code)
+
+
+def _unsupported(param: str, why: str) -> InvalidRequest:
+    return invalid(
+        f"'{param}' is not supported with Anthropic: {why}", param, "unsupported_parameter"
+    )
+
+
+def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], list[dict[str, Any]]]:
+    """(system blocks, turns). System and developer messages, wherever they stand, join the
+    system prompt in order; consecutive messages of one role merge into one turn, so that tool
+    results all sit in the user turn right after their calls."""
+    system: list[Block] = []
+    turns: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        role = message.get("role")
+        if role in ("system", "developer"):
+            system += _marked(_parts(message.get("content"), where, ("text",)), message)
+            continue
+        if role == "user":
+            kinds: tuple[str, ...] = ("text", "image_url", "file")
+            blocks = _parts(message.get("content"), where, kinds)
+            side = "user"
+        elif role == "assistant":
+            if message.get("function_call") is not None:
+                raise _unsupported(f"{where}.function_call", "use tool_calls")
+            blocks = _parts(message.get("content"), where, ("text", "refusal"))
+            calls = message.get("tool_calls")
+            if calls is None:
+                calls = []
+            if not isinstance(calls, list):
+                raise invalid("tool_calls must be an array", f"{where}.tool_calls", "invalid_type")
+            blocks += [_tool_use(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls)]
+            side = "assistant"
+        elif role == "tool":
+            blocks, side = [_tool_result(message, where)], "user"
+        else:
+            raise invalid(
+                "role must be system, developer, user, assistant or tool", f"{where}.role"
+            )
+        blocks = _marked(blocks, message)
+        if not blocks:
+            continue  # Anthropic refuses empty turns; an empty message says nothing
+        if turns and turns[-1]["role"] == side:
+            turns[-1]["content"] += blocks
+        else:
+            turns.append({"role": side, "content": blocks})
+    return system, turns
+
+
+def _marked(blocks: list[Block], message: dict[str, Any]) -> list[Block]:
+    """The blocks, the last one carrying the message's own cache_control (prompt caching of a
+    message given as a string): Anthropic caches the prefix up to a marked block."""
+    if "cache_control" in message and blocks and "cache_control" not in blocks[-1]:
+        blocks[-1] = {**blocks[-1], "cache_control": message["cache_control"]}
+    return blocks
+
+
+def _parts(content: object, where: str, kinds: tuple[str, ...]) -> list[Block]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if not isinstance(content, list):
+        raise invalid("content must be a string or an array", f"{where}.content", "invalid_type")
+    blocks: list[Block] = []
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in kinds:
+            raise invalid(f"A content part of type {kind!r} cannot be sent here", f"{at}.type")
+        assert isinstance(part, dict)
+        if kind in ("text", "refusal"):
+            text = part.get(kind)
+            if not isinstance(text, str):
+                raise invalid(f"A {kind} part needs its {kind}", f"{at}.{kind}", "invalid_type")
+            if not text:
+                continue  # Anthropic refuses empty text blocks
+            block: Block = {"type": "text", "text": text}
+        elif kind == "image_url":
+            block = _image(part.get("image_url"), at)
+        else:
+            block = _document(part.get("file"), at)
+        if "cache_control" in part:
+            block["cache_control"] = part["cache_control"]  # as it came: prompt caching
+        blocks.append(block)
+    return blocks
+
+
+def _data_url(url: str, param: str) -> tuple[str, str]:
+    """(media type, base64 data) of a ``data:<media type>;base64,<data>`` URL."""
+    header, comma, data = url[len("data:") :].partition(",")
+    media_type, *attributes = header.split(";")
+    if not comma or "base64" not in attributes or not media_type:
+        raise invalid("A data URL must be data:<media type>;base64,<data>", param)
+    return media_type, data
+
+
+def _image(image: object, at: str) -> Block:
+    url = image.get("url") if isinstance(image, dict) else image
+    param = f"{at}.image_url.url"
+    if not isinstance(url, str):
+        raise invalid("An image_url part needs image_url.url", param, "invalid_type")
+    if url.startswith("data:"):
+        media_type, data = _data_url(url, param)
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
+    if url.startswith(("https://", "http://")):
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    raise invalid("An image URL must be http(s) or a base64 data URL", param)
+
+
+def _document(file: object, at: str) -> Block:
+    data_url = file.get("file_data") if isinstance(file, dict) else None
+    param = f"{at}.file.file_data"
+    if not isinstance(data_url, str) or not data_url.startswith("data:"):
+        raise _unsupported(param, "only a file's own data (a base64 data URL) can be sent")
+    media_type, data = _data_url(data_url, param)
+    if media_type != "application/pdf":
+        raise invalid("Anthropic takes PDF files only", param)
+    return {
+        "type": "document",
+        "source": {"type": "base64", "media_type": media_type, "data": data},
+    }
+
+
+def _tool_use(call: object, where: str) -> Block:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(function, dict):
+        raise invalid("A tool call needs its function", f"{where}.function", "invalid_type")
+    call_id, name = call.get("id"), function.get("name")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid("A tool call needs its id", f"{where}.id")
+    if not isinstance(name, str) or not name:
+        raise invalid("A tool call needs function.name", f"{where}.function.name")
+    arguments = function.get("arguments")
+    param = f"{where}.function.arguments"
+    try:
+        # Anthropic takes the arguments as an object; an empty string is a call without any.
+        value = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except orjson.JSONDecodeError:
+        raise invalid("A tool call's arguments must be JSON", param) from None
+    if not isinstance(value, dict) or not isinstance(arguments, str | None):
+        raise invalid("A tool call's arguments must be a JSON object", param)
+    return {"type": "tool_use", "id": call_id, "name": name, "input": value}
+
+
+def _tool_result(message: dict[str, Any], where: str) -> Block:
+    call_id = message.get("tool_call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid("A tool message needs tool_call_id", f"{where}.tool_call_id")
+    block: Block = {"type": "tool_result", "tool_use_id": call_id}
+    content = _parts(message.get("content"), where, ("text", "image_url"))
+    if content:
+        block["content"] = content
+    return block
