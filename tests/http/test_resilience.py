@@ -41,7 +41,12 @@ async def upstream_models(servers: Servers) -> list[str]:
             received = await response.json()
         async with session.delete(servers.emulator_url + "/_emulator/requests"):
             pass
-    return [r["json"]["model"] for r in received if isinstance(r.get("json"), dict)]
+    # Some native APIs name the model in the path (Gemini): those requests have no "model".
+    return [
+        r["json"]["model"]
+        for r in received
+        if isinstance(r.get("json"), dict) and "model" in r["json"]
+    ]
 
 
 async def metric(url: str, name: str, **labels: str) -> float:
