@@ -198,8 +198,12 @@ def upstream_error(error: object, status: int = 502) -> UpstreamStatusError:
         kind = metadata.get("error_type") if isinstance(metadata, dict) else None
     param = error.get("param")
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
-        # OpenRouter puts the HTTP status of the failure in code (429 for a rate limit).
+        # OpenRouter puts the HTTP status of the failure in code (429 for a rate limit), and
+        # Google too, with the failure's name in status (RESOURCE_EXHAUSTED): that is the code.
         status = code
+        google = error.get("status")
+        if isinstance(google, str) and google:
+            code = google
     return UpstreamStatusError(
         message,
         upstream_status=status,

@@ -112,7 +112,10 @@ class StreamNormalizer:
         dialect = DIALECTS[ctx.dialect]
         self._adapt = None if dialect.adapter is None else dialect.adapter(ctx)
         self._native = dialect.native
-        self._fast = self._chat and self._adapt is None
+        # The shortcut for ordinary text chunks (``_ordinary``): tried on an OpenAI upstream's
+        # own events (``_fast``), and on what an adapter makes of a native one.
+        self._shortcut = self._chat
+        self._fast = self._shortcut and self._adapt is None
         # A chat stream whose client asked for one choice may still bring several (a default
         # n, best_of), or TGI <= 2.0's token positions as indices (``_index``, ``_holds``).
         self._single = self._chat and ctx.n <= 1
@@ -156,6 +159,11 @@ class StreamNormalizer:
             if adapted is None:
                 return []
             payload = adapted
+            if self._shortcut:
+                # An adapter's text chunk is as ordinary as an OpenAI upstream's own.
+                frame = self._ordinary(payload)
+                if frame is not None:
+                    return [frame]
         return self._chunk(payload)
 
     def finish(self) -> list[bytes]:

@@ -12,10 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core.errors import InvalidRequest, UpstreamStatusError
+from proxy.core.errors import InvalidRequest, UpstreamStatusError, to_openai_error
 from proxy.core.framing import JSONArrayDecoder
 from proxy.core.request import parse_request
 from proxy.core.sse import Event, SSEDecoder
+from proxy.http.upstream import status_error
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from proxy.normalize.dialects import DIALECTS, RequestOptions
 from proxy.normalize.dialects.gemini_request import SKIP_SIGNATURE
@@ -1174,3 +1175,13 @@ def test_whole_error_body_in_a_200() -> None:
 def test_whole_answer_without_candidates_is_an_upstream_error() -> None:
     with pytest.raises(Exception, match="without any choice"):
         whole({"usageMetadata": {"promptTokenCount": 5}})
+
+
+def test_googles_error_envelope_keeps_its_status_name_as_the_code() -> None:
+    body = (FIXTURES / "gemini.error.429.json").read_bytes()
+    error = status_error(429, "Too Many Requests", "application/json", body, None)
+    status, answer = to_openai_error(error)
+    assert status == 429
+    assert answer["error"]["type"] == "rate_limit_error"
+    assert answer["error"]["code"] == "RESOURCE_EXHAUSTED"
+    assert answer["error"]["message"] == orjson.loads(body)["error"]["message"]
