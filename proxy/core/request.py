@@ -15,8 +15,9 @@ import orjson
 
 from proxy.core.errors import InvalidRequest
 
-# The OpenAI endpoints a completion request comes on.
-Endpoint = Literal["chat", "completions"]
+# The OpenAI endpoints a request routed by model comes on. A Responses API request is made a
+# chat request first (proxy.normalize.responses), so its upstream endpoint is "chat".
+Endpoint = Literal["chat", "completions", "embeddings"]
 
 
 # Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
@@ -32,6 +33,8 @@ class ClientRequest:
     prompt: object  # the messages or the prompt, measured only for a usage estimate
     # The most chat choices relayed (0: no bound): the n the client set, else CHOICES_MAX.
     choices: int = 0
+    # Embeddings: the encoding_format the client asked for, whatever the upstream sends.
+    encoding: str = "float"
 
 
 def _wrong_type(param: str, expected: str) -> InvalidRequest:

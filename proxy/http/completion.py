@@ -47,7 +47,11 @@ from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
 
 log = logging.getLogger("proxy.routing")
 
-_PATHS: Final = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_PATHS: Final = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
 
 
 async def read_body(request: web.BaseRequest, limit: int, seconds: float) -> bytes:
@@ -218,9 +222,11 @@ async def _attempt(
         prompt=client_request.prompt,
         redact=runtime.redact,
         choices=client_request.choices,
+        encoding=client_request.encoding,
     )
     dialect = DIALECTS[provider.dialect]
-    if dialect.request is None:  # the client's body, as it came but for the model
+    if (dialect.embed_request if endpoint == "embeddings" else dialect.request) is None:
+        # The client's body, as it came but for the model.
         body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     else:
         options = RequestOptions(

@@ -53,6 +53,7 @@ class RequestContext:
     # Takes every configured secret out of an upstream's error text.
     redact: Redactor | None = None
     choices: int = 0  # the most choices relayed (0: no bound); those past it are dropped
+    encoding: str = "float"  # embeddings: "float" or "base64", as the client asked
 
 
 def make_id(endpoint: Endpoint) -> str:

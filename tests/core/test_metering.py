@@ -67,7 +67,9 @@ def test_status_class(status: int, expected: str) -> None:
         ("completions", "completions"),
         ("models", "models"),
         ("other", "other"),
-        ("embeddings", "other"),
+        ("embeddings", "embeddings"),
+        ("responses", "responses"),
+        ("moderations", "other"),
         ("", "other"),
     ],
 )

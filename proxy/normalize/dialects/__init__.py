@@ -46,9 +46,10 @@ DIALECTS: Final[dict[str, Dialect]] = {
 def upstream_request(dialect: Dialect, request: ClientRequest, options: RequestOptions) -> bytes:
     """The body that goes up: the client's own for an OpenAI dialect (CANONICAL.md section 5),
     else the native API's request built from it."""
-    if dialect.request is None:
+    build = dialect.embed_request if request.endpoint == "embeddings" else dialect.request
+    if build is None:
         return upstream_body(request, options.upstream_model, ask_usage=options.ask_usage)
-    body = dialect.request(request, options)
+    body = build(request, options)
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:

@@ -57,6 +57,9 @@ class Dialect:
     adapt_response: ResponseAdapter | None = None
     # None: the client's body goes up as it is but for the model (CANONICAL.md section 5).
     request: RequestBuilder | None = None
+    # The same two for the embeddings endpoint, where the API has one of its own.
+    embed_request: RequestBuilder | None = None
+    adapt_embeddings: ResponseAdapter | None = None
     auth: Callable[[str], dict[str, str]] = bearer  # the provider's api_key as headers
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # A stream answered as ``application/json`` is one JSON array arriving piece by piece.

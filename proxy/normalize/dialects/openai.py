@@ -8,5 +8,6 @@ from typing import Final
 from proxy.normalize.dialects.dialect import Dialect
 
 DIALECT: Final = Dialect(
-    "openai", paths={"chat": "/chat/completions", "completions": "/completions"}
+    "openai",
+    paths={"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"},
 )
