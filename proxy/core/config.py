@@ -85,6 +85,9 @@ class Provider:
     dialect: str = "openai"
     # Upstream connections its requests may hold at once, per worker (proxy.connections.Slots).
     max_connections: int = MAX_CONNECTIONS
+    # It serves OpenAI's Responses API itself (OpenAI, Azure): /v1/responses is passed through to
+    # it, not translated to chat (docs/responses-api.md).
+    responses: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,9 +348,12 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
     dialect = ck.optional(
         node, "dialect", path, member(DIALECTS - NATIVE_APIS, "dialect", listed=True), "openai"
     )
+    responses = ck.optional(node, "responses", path, boolean, False)
     if api in NATIVE_APIS:
         if node.get("dialect") is not None:
             ck.fail(join_path(path, "dialect"), "is only for api: openai (a native API is its own)")
+        if responses:
+            ck.fail(join_path(path, "responses"), "is only for api: openai")
         dialect = api
     return Provider(
         name=name,
@@ -360,6 +366,7 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         stream_usage=ck.optional(node, "stream_usage", path, boolean, True),
         dialect=dialect,
         max_connections=ck.optional(node, "max_connections", path, _positive_int, MAX_CONNECTIONS),
+        responses=responses,
     )
 
 

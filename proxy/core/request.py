@@ -15,9 +15,10 @@ import orjson
 
 from proxy.core.errors import InvalidRequest
 
-# The OpenAI endpoints a request routed by model comes on. A Responses API request is made a
-# chat request first (proxy.normalize.responses), so its upstream endpoint is "chat".
-Endpoint = Literal["chat", "completions", "embeddings"]
+# The OpenAI endpoints a request routed by model goes to upstream. A Responses API request is
+# made a chat request (proxy.normalize.responses), unless its provider serves the Responses API
+# itself: then its upstream endpoint is "responses".
+Endpoint = Literal["chat", "completions", "embeddings", "responses"]
 
 
 # Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
@@ -67,6 +68,9 @@ _LONG_DIGITS: Final = b"9" * 19
 _INT_RANGE: Final = range(-(2**63), 2**64)
 # The most chat choices relayed to a client that did not set n.
 CHOICES_MAX: Final = 128
+# Embeddings: the encodings a client may ask for, and OpenAI's limit of inputs in one request.
+ENCODINGS: Final = frozenset({"float", "base64"})
+EMBEDDING_INPUTS_MAX: Final = 2048
 
 
 def _check_integers(raw: bytes) -> None:
@@ -88,8 +92,11 @@ def _check_integers(raw: bytes) -> None:
         ) from None
 
 
-def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
-    """The validated request, or ``InvalidRequest`` naming the offending parameter."""
+def parse_request(raw: bytes, endpoint: Endpoint, *, model: str | None = None) -> ClientRequest:
+    """The validated request, or ``InvalidRequest`` naming the offending parameter.
+
+    ``model``: the model the request's URL names (Azure's deployment paths), which wins over
+    the body's and makes it optional there."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -101,6 +108,8 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
     if _LONG_DIGITS in raw.translate(_DIGITS_AS_NINES):
         _check_integers(raw)
 
+    if model is not None:
+        body["model"] = model
     model = body.get("model")
     if model is None:
         raise InvalidRequest(
@@ -109,6 +118,8 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
     if not isinstance(model, str) or not model:
         raise _wrong_type("model", "a non-empty string")
 
+    if endpoint == "embeddings":
+        return _embeddings_request(body, model)
     if endpoint == "chat":
         messages = body.get("messages")
         if messages is None:
@@ -157,6 +168,92 @@ def parse_request(raw: bytes, endpoint: Endpoint) -> ClientRequest:
     return ClientRequest(
         endpoint, body, model, stream, include_usage and stream, max_tokens, n, prompt, choices
     )
+
+
+def _embeddings_request(body: dict[str, Any], model: str) -> ClientRequest:
+    """An embeddings request (CreateEmbeddingRequest): it never streams, and its input is the
+    prompt measured for a usage estimate."""
+    value = body.get("input")
+    if value is None:
+        raise InvalidRequest(
+            "Missing required parameter: 'input'", param="input", code="missing_required_parameter"
+        )
+    _check_input(value)
+    encoding = body.get("encoding_format")
+    if encoding is None:
+        encoding = "float"
+    elif not isinstance(encoding, str):
+        raise _wrong_type("encoding_format", "a string")
+    elif encoding not in ENCODINGS:
+        raise InvalidRequest(
+            "Invalid value for 'encoding_format': must be 'float' or 'base64'",
+            param="encoding_format",
+            code="invalid_value",
+        )
+    _optional_int(body, "dimensions", 1)
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise _wrong_type("user", "a string")
+    return ClientRequest(
+        "embeddings", body, model, False, False, None, 1, value, encoding=encoding
+    )
+
+
+def _check_input(value: object) -> None:
+    """``input`` as OpenAI takes it: a string, or up to 2048 strings, token ids or arrays of
+    token ids; nothing empty, as OpenAI refuses an empty string."""
+    expected = "a string, an array of strings, of token ids or of arrays of token ids"
+    if isinstance(value, str):
+        if not value:
+            raise _empty_input("input")
+        return
+    if not isinstance(value, list):
+        raise _wrong_type("input", expected)
+    if not value:
+        raise _empty_input("input")
+    if len(value) > EMBEDDING_INPUTS_MAX:
+        raise InvalidRequest(
+            f"Invalid value for 'input': at most {EMBEDDING_INPUTS_MAX} inputs in one request",
+            param="input",
+            code="invalid_value",
+        )
+    first = value[0]
+    if isinstance(first, str):
+        for position, item in enumerate(value):
+            if not isinstance(item, str):
+                raise _wrong_type(f"input[{position}]", "a string, as the first one is")
+            if not item:
+                raise _empty_input(f"input[{position}]")
+    elif isinstance(first, list):
+        for position, item in enumerate(value):
+            if not isinstance(item, list) or not _token_ids(item):
+                raise _wrong_type(f"input[{position}]", "a non-empty array of token ids")
+    elif not _token_ids(value):
+        raise _wrong_type("input", expected)
+
+
+def _token_ids(value: list[Any]) -> bool:
+    # Exact types: JSON's true is no token id, and bool is an int subclass.
+    return bool(value) and all(type(item) is int and item >= 0 for item in value)
+
+
+def _empty_input(param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"Invalid value for '{param}': it may not be empty", param=param, code="invalid_value"
+    )
+
+
+def embedding_inputs(value: object) -> list[str] | list[list[int]]:
+    """An embeddings request's inputs, one per vector it is answered with: a string or one
+    array of token ids is one input. Empty for what ``parse_request`` would have refused."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not value:
+        return []
+    if all(isinstance(item, str) for item in value):
+        return value
+    if all(isinstance(item, list) for item in value):
+        return value
+    return [value]
 
 
 def upstream_body(request: ClientRequest, upstream_model: str, *, ask_usage: bool) -> bytes:

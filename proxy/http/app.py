@@ -24,6 +24,7 @@ from proxy.core.config import Config
 from proxy.core.errors import (
     AuthenticationFailed,
     MethodNotAllowed,
+    ModelNotFound,
     NotFound,
     ProxyError,
     ServiceUnavailable,
@@ -50,10 +51,21 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 _REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
 # The API: path → (method, endpoint). Any other path under /v1/ is an API request too (metered,
 # logged) that ends in 404.
-_API: Final[Mapping[str, tuple[str, Literal["chat", "completions", "models"]]]] = {
+ApiEndpoint = Literal["chat", "completions", "embeddings", "responses", "models"]
+_API: Final[Mapping[str, tuple[str, ApiEndpoint]]] = {
     "/v1/chat/completions": ("POST", "chat"),
     "/v1/completions": ("POST", "completions"),
+    "/v1/embeddings": ("POST", "embeddings"),
     "/v1/models": ("GET", "models"),
+}
+_MODEL_PREFIX: Final = "/v1/models/"  # GET /v1/models/{model}, as client.models.retrieve calls
+_RESPONSES_PREFIX: Final = "/v1/responses/"  # GET/DELETE /v1/responses/{id}, .../input_items
+# Apps written for AzureOpenAI: the deployment in the path is the model (docs/azure.md).
+_AZURE: Final = re.compile(r"/openai/deployments/([^/]+)/(chat/completions|completions|embeddings)")
+_AZURE_ENDPOINTS: Final[Mapping[str, ApiEndpoint]] = {
+    "chat/completions": "chat",
+    "completions": "completions",
+    "embeddings": "embeddings",
 }
 _GET: Final = ("GET", "HEAD")  # a GET route answers HEAD too (aiohttp drops the body)
 # After the drain, how long requests that were cancelled get to end (their finally blocks).
@@ -78,6 +90,14 @@ def _unknown_path() -> NotFound:
     return NotFound("Unknown path: no route for this URL (404)", code="unknown_url")
 
 
+def _not_stored() -> NotFound:
+    return NotFound(
+        "The proxy keeps no responses (it is stateless): a stored response cannot be retrieved,"
+        " listed, cancelled or deleted. Send the whole conversation as input instead.",
+        code="response_not_found",
+    )
+
+
 def _allow(method: str, expected: str) -> None:
     if method == expected or (expected == "GET" and method == "HEAD"):
         return
@@ -90,6 +110,15 @@ def _identify(request: web.BaseRequest, runtime: Runtime, exchange: Exchange) ->
     as before: the path is unknown whoever asks."""
     with contextlib.suppress(AuthenticationFailed):
         exchange.team = runtime.keyring.identify(request.headers.get("Authorization")).name
+
+
+def _model_object(runtime: Runtime, name: str) -> dict[str, object]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": runtime.loaded_at,
+        "owned_by": runtime.config.models[name].deployments[0].provider,
+    }
 
 
 def _request_id(request: web.BaseRequest, runtime: Runtime) -> str:
@@ -156,8 +185,18 @@ class Gateway:
         """Every request: an API request under /v1/, else a probe or /metrics."""
         path = request.path
         api = _API.get(path)
-        if api is None and not path.startswith("/v1/"):
-            return await self._other(request, path)
+        deployment: str | None = None  # the model an Azure path names
+        if api is None:
+            azure = _AZURE.fullmatch(path)
+            if azure is not None:
+                deployment = azure[1]
+                api = ("POST", _AZURE_ENDPOINTS[azure[2]])
+            elif path.startswith(_MODEL_PREFIX) and len(path) > len(_MODEL_PREFIX):
+                api = ("GET", "models")
+            elif path.startswith(_RESPONSES_PREFIX):
+                api = ("", "responses")  # a stored response: the proxy keeps none
+            elif not path.startswith("/v1/"):
+                return await self._other(request, path)
         state = self.state
         observers = state.observers
         task = asyncio.current_task(state.deadlines.loop if state.deadlines else None)
@@ -177,11 +216,18 @@ class Gateway:
                 _identify(request, state.runtime, exchange)
                 raise _unknown_path()
             method, endpoint = api
+            if not method:
+                raise _not_stored()
             _allow(request.method, method)
             if endpoint == "models":
-                response = self._models(request, exchange)
+                if path.startswith(_MODEL_PREFIX):
+                    response = self._model(request, exchange, path[len(_MODEL_PREFIX) :])
+                else:
+                    response = self._models(request, exchange)
             else:
-                response = await handle_completion(request, state, exchange, endpoint)
+                response = await handle_completion(
+                    request, state, exchange, endpoint, azure_deployment=deployment
+                )
         except ProxyError as exc:
             response = self._failed(exchange, exc)
         except asyncio.CancelledError:
@@ -264,17 +310,19 @@ class Gateway:
         runtime = self.state.runtime
         team = runtime.keyring.identify(request.headers.get("Authorization"))
         exchange.team = team.name
-        config = runtime.config
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": runtime.loaded_at,
-                "owned_by": config.models[name].deployments[0].provider,
-            }
-            for name in runtime.models.allowed(team)
-        ]
+        data = [_model_object(runtime, name) for name in runtime.models.allowed(team)]
         return JsonReply(orjson.dumps({"object": "list", "data": data}))
+
+    def _model(self, request: web.BaseRequest, exchange: Exchange, name: str) -> JsonReply:
+        """One of the team's models. Another team's is as unknown as a model nobody configured:
+        the team's listing does not show it either."""
+        runtime = self.state.runtime
+        team = runtime.keyring.identify(request.headers.get("Authorization"))
+        exchange.team = team.name
+        if name not in runtime.models.allowed(team):
+            raise ModelNotFound(name)
+        exchange.model = name
+        return JsonReply(orjson.dumps(_model_object(runtime, name)))
 
     async def _healthz(self, request: web.BaseRequest) -> web.Response:
         return web.json_response({"status": "ok"})

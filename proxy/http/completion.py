@@ -51,6 +51,7 @@ _PATHS: Final = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
     "embeddings": "/v1/embeddings",
+    "responses": "/v1/responses",
 }
 
 
@@ -101,18 +102,37 @@ async def _continue(request: web.BaseRequest, expect: str) -> None:
     await writer.drain()
 
 
+def authorization(request: web.BaseRequest, *, azure: bool) -> str | None:
+    """The request's credentials as an Authorization value. AzureOpenAI sends its key in
+    ``api-key``, which Azure's own paths accept like a bearer key."""
+    given = request.headers.get("Authorization")
+    if given is None and azure:
+        key = request.headers.get("api-key")
+        if key is not None:
+            return f"Bearer {key}"
+    return given
+
+
 async def handle_completion(
-    request: web.BaseRequest, state: State, exchange: Exchange, endpoint: Endpoint
+    request: web.BaseRequest,
+    state: State,
+    exchange: Exchange,
+    endpoint: Endpoint,
+    *,
+    azure_deployment: str | None = None,
 ) -> web.StreamResponse:
     """The request's team, body and model, then its attempts until one answers (one coroutine
-    for both: every level of coroutine is paid again when the upstream's answer resumes it)."""
+    for both: every level of coroutine is paid again when the upstream's answer resumes it).
+
+    ``azure_deployment``: the model an Azure path names
+    (``/openai/deployments/{deployment}/...``), which wins over the body's."""
     runtime = state.runtime  # one configuration for the whole request, even across a reload
     config = runtime.config
 
-    team = runtime.keyring.identify(request.headers.get("Authorization"))
+    team = runtime.keyring.identify(authorization(request, azure=azure_deployment is not None))
     exchange.team = team.name
     raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
-    client_request = parse_request(raw, endpoint)
+    client_request = parse_request(raw, endpoint, model=azure_deployment)
     exchange.stream = client_request.stream
     model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name

@@ -36,7 +36,7 @@ from proxy.core.sse import Event
 from proxy.http.connection import Body
 from proxy.http.deadline import Deadline
 from proxy.http.upstream import TRANSPORT_ERRORS, upstream_error_for
-from proxy.normalize import StreamNormalizer
+from proxy.normalize.present import EventStream
 
 __all__ = ["STEPS", "Pipe", "Relays", "frames_for"]
 
@@ -47,7 +47,7 @@ log = logging.getLogger("proxy.relay")
 STEPS: Final = 4
 
 
-def frames_for(normalizer: StreamNormalizer, events: list[Event], at_end: bool) -> list[bytes]:
+def frames_for(normalizer: EventStream, events: list[Event], at_end: bool) -> list[bytes]:
     """The frames for ``events`` (and the end of the body, if it came)."""
     frames: list[bytes] = []
     try:
@@ -134,7 +134,7 @@ class Pipe:
         self,
         content: Body,
         decoder: Decoder,
-        normalizer: StreamNormalizer,
+        normalizer: EventStream,
         transport: asyncio.Transport,
         *,
         chunked: bool,

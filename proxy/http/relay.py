@@ -48,7 +48,8 @@ from proxy.http.upstream import (
     read_whole,
     upstream_error_for,
 )
-from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
+from proxy.normalize import ApiFamily, RequestContext
+from proxy.normalize.present import EventStream, Presenter
 from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.normalize.dialects import DIALECTS
 
@@ -81,6 +82,8 @@ class Answer:
     deadline: float  # loop time by which the whole exchange must be over
     timer: Deadline  # the attempt's, moved to each wait's limit and closed when relayed
     relays: Relays  # the loop's (proxy.http.pipe)
+    # How the client sees the canonical chat answer, when it asked in another API's shape.
+    presenter: Presenter | None
 
     def __init__(
         self,
@@ -91,6 +94,7 @@ class Answer:
         deadline: float,
         timer: Deadline,
         relays: Relays,
+        presenter: Presenter | None = None,
     ) -> None:
         self.response = response
         self.family = family
@@ -99,6 +103,7 @@ class Answer:
         self.deadline = deadline
         self.timer = timer
         self.relays = relays
+        self.presenter = presenter
 
     def decoder(self, *, stream: bool) -> Decoder | None:
         """The decoder of this answer's events; None when it is one whole JSON body.
@@ -109,7 +114,11 @@ class Answer:
 
 
 def whole_arrived(
-    response: UpstreamResponse, family: ApiFamily, ctx: RequestContext, exchange: Exchange
+    response: UpstreamResponse,
+    family: ApiFamily,
+    ctx: RequestContext,
+    exchange: Exchange,
+    presenter: Presenter | None = None,
 ) -> JsonReply | None:
     """A non-streamed answer that came whole with its headers (the usual small one), normalized
     into the client's response without a coroutine; None for any other (``relay_whole``)."""
@@ -120,17 +129,20 @@ def whole_arrived(
         return None
     # Nothing to wait for or to bound; the connection went back to the pool at the body's end.
     response.close()
-    return _normalized(raw, family, ctx, exchange)
+    return _normalized(raw, family, ctx, exchange, presenter)
 
 
-async def relay_whole(answer: Answer, exchange: Exchange) -> JsonReply:
+async def relay_whole(answer: Answer, exchange: Exchange, *, present: bool = True) -> JsonReply:
     """A non-streamed answer that ``whole_arrived`` did not take (not all of it came with its
-    headers, or it is an event stream): read it whole (bounded), normalize it, send it."""
+    headers, or it is an event stream): read it whole (bounded), normalize it, send it.
+
+    ``present``: shown as the client asked (``answer.presenter``); else canonical chat."""
+    presenter = answer.presenter if present else None
     decoder = answer.decoder(stream=False)
     if decoder is not None:
-        return await _stream_as_whole(answer, exchange, decoder)
+        return await _stream_as_whole(answer, exchange, decoder, presenter)
     raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
-    return _normalized(raw, answer.family, answer.ctx, exchange)
+    return _normalized(raw, answer.family, answer.ctx, exchange, presenter)
 
 
 # The ioctl that tells how much a socket's send queue holds (Linux's SIOCOUTQ), if there is one.
@@ -206,7 +218,11 @@ def _retrieved(task: asyncio.Future[None]) -> None:
 
 
 def _normalized(
-    raw: bytes, family: ApiFamily, ctx: RequestContext, exchange: Exchange
+    raw: bytes,
+    family: ApiFamily,
+    ctx: RequestContext,
+    exchange: Exchange,
+    presenter: Presenter | None = None,
 ) -> JsonReply:
     try:
         normalized = family.response(raw, ctx)
@@ -217,7 +233,8 @@ def _normalized(
         ) from None
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
-    return _whole_reply(normalized.body, normalized.usage)
+    body = normalized.body if presenter is None else presenter.whole(normalized.body)
+    return _whole_reply(body, normalized.usage)
 
 
 def _whole_reply(body: bytes, usage: Usage) -> JsonReply:
@@ -238,7 +255,10 @@ async def relay_stream(
         decoder = answer.decoder(stream=True)
         if decoder is None:
             return await _whole_as_stream(answer, exchange, opening)
-        normalizer = answer.family.stream(answer.ctx)
+        chat = answer.family.stream(answer.ctx)
+        normalizer: EventStream = (
+            chat if answer.presenter is None else answer.presenter.stream(chat)
+        )
         try:
             return await _pump(answer, decoder, normalizer, exchange, opening)
         finally:
@@ -340,7 +360,7 @@ async def _read_to_end(response: UpstreamResponse) -> None:
 async def _pump(
     answer: Answer,
     decoder: Decoder,
-    normalizer: StreamNormalizer,
+    normalizer: EventStream,
     exchange: Exchange,
     opening: _Opening,
 ) -> web.StreamResponse:
@@ -446,7 +466,7 @@ async def _pump(
 def _pipe(
     answer: Answer,
     decoder: Decoder,
-    normalizer: StreamNormalizer,
+    normalizer: EventStream,
     exchange: Exchange,
     request: web.BaseRequest,
     response: web.StreamResponse,
@@ -473,7 +493,7 @@ def _pipe(
 
 async def _upstream_timed_out(
     answer: Answer,
-    normalizer: StreamNormalizer,
+    normalizer: EventStream,
     exchange: Exchange,
     request: web.BaseRequest,
     response: web.StreamResponse | None,
@@ -525,7 +545,9 @@ def _failed_after_first_byte(exchange: Exchange, error: ProxyError) -> None:
         exchange.upstream_error = error.kind
 
 
-async def _stream_as_whole(answer: Answer, exchange: Exchange, decoder: Decoder) -> JsonReply:
+async def _stream_as_whole(
+    answer: Answer, exchange: Exchange, decoder: Decoder, presenter: Presenter | None
+) -> JsonReply:
     """A whole answer was asked for but the upstream streamed: collect the stream, then answer.
 
     Bounded as a stream is: by the first-byte limit until its first frame, then by the idle
@@ -569,7 +591,10 @@ async def _stream_as_whole(answer: Answer, exchange: Exchange, decoder: Decoder)
     if normalizer.error is not None:
         raise normalizer.error
     usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
-    return _whole_reply(response_from_frames(frames, usage), normalizer.usage)
+    body = response_from_frames(frames, usage)
+    if presenter is not None:
+        body = presenter.whole(body)
+    return _whole_reply(body, normalizer.usage)
 
 
 async def _whole_as_stream(
@@ -584,7 +609,7 @@ async def _whole_as_stream(
         )
     whole = whole_arrived(answer.response, answer.family, answer.ctx, exchange)
     if whole is None:
-        whole = await relay_whole(answer, exchange)
+        whole = await relay_whole(answer, exchange, present=False)
     response = opening.response()
     try:
         await opening.open(response)
@@ -592,6 +617,9 @@ async def _whole_as_stream(
         exchange.client_disconnected = True
         return response
     # Headers, every frame and the body's end: one write, taken within bounds.
-    body = b"".join(frames_from_response(whole.raw, answer.ctx))
+    frames = frames_from_response(whole.raw, answer.ctx)
+    if answer.presenter is not None:
+        frames = answer.presenter.frames(frames)
+    body = b"".join(frames)
     await _taken(opening.request, exchange, answer.timeouts.idle, response.write_eof(body))
     return response

@@ -147,6 +147,14 @@ BAD = [
         ["providers.p.dialect: is only for api: openai (a native API is its own)"],
     ),
     (
+        doc(providers="{p: {base_url: 'https://p', api: gemini, responses: true}}"),
+        ["providers.p.responses: is only for api: openai"],
+    ),
+    (
+        doc(providers="{p: {base_url: 'https://p', responses: maybe}}"),
+        ["providers.p.responses: must be true or false"],
+    ),
+    (
         doc(
             providers="{p: {base_url: 'https://p', api: anthropic}}",
             models="{m: {deployments: [{provider: p, model: c}], max_tokens: 0,"

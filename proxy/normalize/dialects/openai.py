@@ -9,5 +9,11 @@ from proxy.normalize.dialects.dialect import Dialect
 
 DIALECT: Final = Dialect(
     "openai",
-    paths={"chat": "/chat/completions", "completions": "/completions", "embeddings": "/embeddings"},
+    paths={
+        "chat": "/chat/completions",
+        "completions": "/completions",
+        "embeddings": "/embeddings",
+        # Only for a provider that serves the Responses API itself (its ``responses`` setting).
+        "responses": "/responses",
+    },
 )

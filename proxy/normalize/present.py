@@ -1,0 +1,49 @@
+"""How an answer is shown to a client that asked in another API's shape than chat's (sans-IO).
+
+A Responses API request is answered by the chat pipeline (proxy.normalize.responses): the
+upstream's answer is normalized into canonical chat objects as for any client, and a
+``Presenter`` then turns those into what the client asked for. Nothing of the chat pipeline
+changes for it, and a chat client pays nothing for it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from proxy.core.errors import ProxyError
+from proxy.core.sse import Event
+from proxy.core.usage import Usage
+from proxy.normalize.stream import StreamNormalizer
+
+__all__ = ["EventStream", "Presenter"]
+
+
+class EventStream(Protocol):
+    """What the relay drives: a ``StreamNormalizer``, or a presenter's stream around one."""
+
+    ended: bool
+    error: ProxyError | None
+    fixes: set[str]
+
+    @property
+    def usage(self) -> Usage: ...
+
+    def feed(self, event: Event) -> list[bytes]: ...
+
+    def finish(self) -> list[bytes]: ...
+
+    def fail(self, exc: ProxyError) -> list[bytes]: ...
+
+
+class Presenter(Protocol):
+    def whole(self, body: bytes) -> bytes:
+        """The client's body for a canonical chat completion's ``body``."""
+        ...
+
+    def stream(self, inner: StreamNormalizer) -> EventStream:
+        """The client's stream around the canonical chat stream ``inner`` makes."""
+        ...
+
+    def frames(self, frames: list[bytes]) -> list[bytes]:
+        """The client's frames for a whole canonical chat stream's ``frames``."""
+        ...
