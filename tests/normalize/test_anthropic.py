@@ -86,11 +86,11 @@ FIELDS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"stream": False}, {}),
     # Nothing of these reaches the model.
     ({"store": True, "metadata": {"k": "v"}, "prompt_cache_key": "k"}, {}),
-    ({"prediction": {"type": "content", "content": "x"}, "prompt_cache_retention": "24h"}, {}),
+    ({"prompt_cache_retention": "24h", "prompt_cache_options": {"k": "v"}}, {}),
     # Values that ask for nothing Anthropic lacks.
     ({"n": 1, "logprobs": False, "top_logprobs": 0, "seed": None}, {}),
     ({"presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}}, {}),
-    ({"modalities": ["text"], "verbosity": "medium", "audio": None}, {}),
+    ({"modalities": ["text"], "verbosity": None, "audio": None}, {}),
     # Not OpenAI's: Anthropic's own, as it came.
     ({"top_k": 5}, {"top_k": 5}),
     ({"system": "native"}, {"system": "native"}),
@@ -443,19 +443,24 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "unsupported_parameter"),
     ({"web_search_options": {}}, "web_search_options", "unsupported_parameter"),
     ({"verbosity": "low"}, "verbosity", "unsupported_parameter"),
+    # Refused by every native API alike: OpenAI's own features, whatever their value.
+    ({"verbosity": "medium"}, "verbosity", "unsupported_parameter"),
+    ({"prediction": {"type": "content", "content": "x"}}, "prediction", "unsupported_parameter"),
+    ({"moderation": {}}, "moderation", "unsupported_parameter"),
     ({"functions": [{"name": "f"}]}, "functions", "unsupported_parameter"),
     ({"function_call": "auto"}, "function_call", "unsupported_parameter"),
     ({"service_tier": "flex"}, "service_tier", "invalid_value"),
     ({"stop": 5}, "stop", "invalid_type"),
     ({"user": 5}, "user", "invalid_type"),
     ({"reasoning_effort": "extreme"}, "reasoning_effort", "invalid_value"),
+    ({"reasoning_effort": 3}, "reasoning_effort", "invalid_type"),
     ({"reasoning_effort": "minimal", "max_tokens": 1024}, "max_tokens", "invalid_value"),
     (
         {"reasoning_effort": "low", "max_completion_tokens": 900},
         "max_completion_tokens",
         "invalid_value",
     ),
-    ({"tools": [CUSTOM]}, "tools[0].type", "invalid_value"),
+    ({"tools": [CUSTOM]}, "tools[0].type", "unsupported_parameter"),
     ({"tools": {"a": 1}}, "tools", "invalid_type"),
     ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name", "invalid_value"),
     (
@@ -476,27 +481,27 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ),
     (
         {"tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "allowed_tools": {}}},
-        "tool_choice",
-        "invalid_value",
+        "tool_choice.type",
+        "unsupported_parameter",
     ),
     (
         {"response_format": {"type": "json_object"}, "reasoning_effort": "low"},
         "response_format",
         "invalid_value",
     ),
-    ({"response_format": {"type": "xml"}}, "response_format", "invalid_value"),
+    ({"response_format": {"type": "xml"}}, "response_format.type", "unsupported_parameter"),
     (
         {"response_format": {"type": "json_schema", "json_schema": {"name": "A", "schema": 1}}},
         "response_format.json_schema.schema",
         "invalid_type",
     ),
-    ({"messages": [msg("function", "x", name="f")]}, "messages[0].role", "invalid_value"),
+    ({"messages": [msg("function", "x", name="f")]}, "messages[0].role", "unsupported_parameter"),
     ({"messages": [msg("user", 5)]}, "messages[0].content", "invalid_type"),
-    ({"messages": [msg("user", [AUDIO])]}, "messages[0].content[0].type", "invalid_value"),
+    ({"messages": [msg("user", [AUDIO])]}, "messages[0].content[0].type", "unsupported_parameter"),
     (
         {"messages": [msg("system", [{"type": "image_url"}])]},
         "messages[0].content[0].type",
-        "invalid_value",
+        "unsupported_parameter",
     ),
     (
         {"messages": [msg("user", [{"type": "text"}])]},

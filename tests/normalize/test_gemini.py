@@ -19,7 +19,7 @@ from proxy.core.sse import Event, SSEDecoder
 from proxy.http.upstream import status_error
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from proxy.normalize.dialects import DIALECTS, RequestOptions
-from proxy.normalize.dialects.gemini_request import SKIP_SIGNATURE
+from proxy.normalize.dialects.gemini_messages import SKIP_SIGNATURE
 from proxy.normalize.toolcalls import PENDING_MAX
 from tests.replay import FIXTURES, MADE_CALL_ID, parse_frames
 from tests.schema import validate
@@ -424,16 +424,21 @@ REQUESTS = [
             "metadata": {"a": "b"},
             "store": True,
             "service_tier": "auto",
-            "prediction": {"type": "content", "content": "x"},
             "parallel_tool_calls": True,
             "modalities": ["text"],
-            "verbosity": "medium",
+            "verbosity": None,
             "logit_bias": {},
             "safety_identifier": "s",
             "prompt_cache_key": "k",
             "logprobs": False,
+            "top_logprobs": 0,
         },
         {"contents": USER},
+    ),
+    (
+        "json_schema without a schema asks for any JSON",
+        {"response_format": {"type": "json_schema"}},
+        {"contents": USER, "generationConfig": {"responseMimeType": "application/json"}},
     ),
     (
         "Gemini's own fields pass on; a generationConfig of its own is merged",
@@ -525,13 +530,15 @@ REFUSALS = [
     ({"modalities": ["text", "audio"]}, "modalities", "unsupported_parameter"),
     ({"parallel_tool_calls": False}, "parallel_tool_calls", "unsupported_parameter"),
     ({"verbosity": "low"}, "verbosity", "unsupported_parameter"),
+    # Refused by every native API alike: OpenAI's own features, whatever their value.
+    ({"verbosity": "medium"}, "verbosity", "unsupported_parameter"),
+    ({"prediction": {"type": "content", "content": "x"}}, "prediction", "unsupported_parameter"),
     ({"temperature": "hot"}, "temperature", "invalid_type"),
     ({"seed": 1.5}, "seed", "invalid_type"),
     ({"stop": 5}, "stop", "invalid_type"),
     ({"top_logprobs": 3}, "top_logprobs", "invalid_value"),
     ({"logprobs": "yes"}, "logprobs", "invalid_type"),
-    ({"response_format": {"type": "grammar"}}, "response_format.type", "invalid_value"),
-    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", "invalid_type"),
+    ({"response_format": {"type": "grammar"}}, "response_format.type", "unsupported_parameter"),
     ({"reasoning_effort": "xhigh"}, "reasoning_effort", "invalid_value"),
     ({"reasoning_effort": 3}, "reasoning_effort", "invalid_type"),
     (
@@ -555,7 +562,7 @@ REFUSALS = [
     (
         {"messages": [{"role": "function", "name": "f", "content": "x"}]},
         "messages[0].role",
-        "invalid_value",
+        "unsupported_parameter",
     ),
     ({"messages": [{"role": "system", "content": "Only me"}]}, "messages", "invalid_value"),
     (
@@ -673,6 +680,15 @@ REFUSALS = [
     (
         {"temperature": 1, "generationConfig": {"temperature": 2}},
         "generationConfig.temperature",
+        "invalid_value",
+    ),
+    ({"toolConfig": ["x"]}, "toolConfig", "invalid_type"),
+    (
+        {
+            "messages": [{"role": "system", "content": "Be brief."}, *HI],
+            "systemInstruction": {"parts": [{"text": "Be kind."}]},
+        },
+        "systemInstruction",
         "invalid_value",
     ),
 ]

@@ -4,23 +4,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from proxy.core.errors import InvalidRequest
+from proxy.normalize.dialects.native_messages import role_error
+from proxy.normalize.dialects.native_request import invalid, unsupported, wrong_type
 
+API: Final = "Anthropic's Messages API"
 Block = dict[str, Any]
-
-
-def invalid(message: str, param: str, code: str = "invalid_value") -> InvalidRequest:
-    return InvalidRequest(message, param=param, code=code)
-
-
-def _unsupported(param: str, why: str) -> InvalidRequest:
-    return invalid(
-        f"'{param}' is not supported with Anthropic: {why}", param, "unsupported_parameter"
-    )
 
 
 def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], list[dict[str, Any]]]:
@@ -41,21 +33,19 @@ def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], lis
             side = "user"
         elif role == "assistant":
             if message.get("function_call") is not None:
-                raise _unsupported(f"{where}.function_call", "use tool_calls")
+                raise unsupported(f"{where}.function_call", API, "use tool_calls instead")
             blocks = _parts(message.get("content"), where, ("text", "refusal"))
             calls = message.get("tool_calls")
             if calls is None:
                 calls = []
             if not isinstance(calls, list):
-                raise invalid("tool_calls must be an array", f"{where}.tool_calls", "invalid_type")
+                raise wrong_type(f"{where}.tool_calls", "an array")
             blocks += [_tool_use(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls)]
             side = "assistant"
         elif role == "tool":
             blocks, side = [_tool_result(message, where)], "user"
         else:
-            raise invalid(
-                "role must be system, developer, user, assistant or tool", f"{where}.role"
-            )
+            raise role_error(role, where, API)
         blocks = _marked(blocks, message)
         if not blocks:
             continue  # Anthropic refuses empty turns; an empty message says nothing
@@ -80,18 +70,18 @@ def _parts(content: object, where: str, kinds: tuple[str, ...]) -> list[Block]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, list):
-        raise invalid("content must be a string or an array", f"{where}.content", "invalid_type")
+        raise wrong_type(f"{where}.content", "a string or an array of content parts")
     blocks: list[Block] = []
     for j, part in enumerate(content):
         at = f"{where}.content[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in kinds:
-            raise invalid(f"A content part of type {kind!r} cannot be sent here", f"{at}.type")
+            raise unsupported(f"{at}.type", API, f"it takes no {kind!r} part here")
         assert isinstance(part, dict)
         if kind in ("text", "refusal"):
             text = part.get(kind)
             if not isinstance(text, str):
-                raise invalid(f"A {kind} part needs its {kind}", f"{at}.{kind}", "invalid_type")
+                raise wrong_type(f"{at}.{kind}", "a string")
             if not text:
                 continue  # Anthropic refuses empty text blocks
             block: Block = {"type": "text", "text": text}
@@ -110,7 +100,7 @@ def _data_url(url: str, param: str) -> tuple[str, str]:
     header, comma, data = url[len("data:") :].partition(",")
     media_type, *attributes = header.split(";")
     if not comma or "base64" not in attributes or not media_type:
-        raise invalid("A data URL must be data:<media type>;base64,<data>", param)
+        raise invalid(param, "a data URL must be data:<media type>;base64,<data>")
     return media_type, data
 
 
@@ -118,7 +108,7 @@ def _image(image: object, at: str) -> Block:
     url = image.get("url") if isinstance(image, dict) else image
     param = f"{at}.image_url.url"
     if not isinstance(url, str):
-        raise invalid("An image_url part needs image_url.url", param, "invalid_type")
+        raise wrong_type(param, "a string")
     if url.startswith("data:"):
         media_type, data = _data_url(url, param)
         return {
@@ -127,17 +117,17 @@ def _image(image: object, at: str) -> Block:
         }
     if url.startswith(("https://", "http://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
-    raise invalid("An image URL must be http(s) or a base64 data URL", param)
+    raise invalid(param, "an image URL must be http(s) or a base64 data URL")
 
 
 def _document(file: object, at: str) -> Block:
     data_url = file.get("file_data") if isinstance(file, dict) else None
     param = f"{at}.file.file_data"
     if not isinstance(data_url, str) or not data_url.startswith("data:"):
-        raise _unsupported(param, "only a file's own data (a base64 data URL) can be sent")
+        raise unsupported(param, API, "it takes a file's own data (a base64 data URL) only")
     media_type, data = _data_url(data_url, param)
     if media_type != "application/pdf":
-        raise invalid("Anthropic takes PDF files only", param)
+        raise invalid(param, "Anthropic takes PDF files only")
     return {
         "type": "document",
         "source": {"type": "base64", "media_type": media_type, "data": data},
@@ -147,28 +137,28 @@ def _document(file: object, at: str) -> Block:
 def _tool_use(call: object, where: str) -> Block:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(call, dict) or not isinstance(function, dict):
-        raise invalid("A tool call needs its function", f"{where}.function", "invalid_type")
+        raise wrong_type(f"{where}.function", "an object")
     call_id, name = call.get("id"), function.get("name")
     if not isinstance(call_id, str) or not call_id:
-        raise invalid("A tool call needs its id", f"{where}.id")
+        raise invalid(f"{where}.id", "a tool call needs its id")
     if not isinstance(name, str) or not name:
-        raise invalid("A tool call needs function.name", f"{where}.function.name")
+        raise invalid(f"{where}.function.name", "a tool call needs its function's name")
     arguments = function.get("arguments")
     param = f"{where}.function.arguments"
     try:
         # Anthropic takes the arguments as an object; an empty string is a call without any.
         value = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
     except orjson.JSONDecodeError:
-        raise invalid("A tool call's arguments must be JSON", param) from None
+        raise invalid(param, "a tool call's arguments must be JSON") from None
     if not isinstance(value, dict) or not isinstance(arguments, str | None):
-        raise invalid("A tool call's arguments must be a JSON object", param)
+        raise invalid(param, "a tool call's arguments must be a JSON object")
     return {"type": "tool_use", "id": call_id, "name": name, "input": value}
 
 
 def _tool_result(message: dict[str, Any], where: str) -> Block:
     call_id = message.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
-        raise invalid("A tool message needs tool_call_id", f"{where}.tool_call_id")
+        raise invalid(f"{where}.tool_call_id", "a tool message needs the id of the call it answers")
     block: Block = {"type": "tool_result", "tool_use_id": call_id}
     content = _parts(message.get("content"), where, ("text", "image_url"))
     if content:

@@ -1,18 +1,31 @@
 """The Messages API request for a client's OpenAI chat request (docs/providers/anthropic.md).
 
 Every OpenAI field is translated, dropped (it changes nothing in the answer) or refused with a
-400 naming it; a field that is not OpenAI's goes up as it is, as one of Anthropic's own (top_k).
+400 naming it, as native_request.py judges it for every native API; a field that is not
+OpenAI's goes up as it is, as one of Anthropic's own (top_k).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final
 
-from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest
-from proxy.normalize.dialects.anthropic_messages import Block, invalid, translate_messages
+from proxy.normalize.dialects.anthropic_messages import API, Block, translate_messages
 from proxy.normalize.dialects.dialect import RequestOptions
+from proxy.normalize.dialects.native_request import (
+    CHAT_FIELDS,
+    OPENAI_ONLY,
+    extras,
+    invalid,
+    merge,
+    reasoning_effort,
+    refuse,
+    require_chat,
+    response_format,
+    stop_sequences,
+    unsupported,
+    wrong_type,
+)
 
 # The tool the proxy adds and forces for response_format: its input is the answer's content
 # (anthropic.py). No client tool may take the name.
@@ -21,56 +34,18 @@ _JSON_TOOL_DESCRIPTION: Final = "Give your whole answer as this tool's input."
 # Anthropic's smallest thinking budget: budget_tokens >= 1024, and below max_tokens.
 MIN_THINKING_BUDGET: Final = 1024
 
-# OpenAI parameters that would change the answer and that Anthropic cannot honour, with the
-# values that ask for nothing (accepted, and not sent).
-_REFUSED: Final[Mapping[str, tuple[object, ...]]] = {
-    "n": (None, 1),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-    "presence_penalty": (None, 0),
-    "frequency_penalty": (None, 0),
-    "logit_bias": (None, {}),
-    "seed": (None,),
-    "audio": (None,),
-    "modalities": (None, ["text"]),
-    "web_search_options": (None,),
-    "verbosity": (None, "medium"),
-    "functions": (None,),
-    "function_call": (None,),
-}
-# OpenAI parameters with no counterpart that change nothing in the answer: usage always comes
-# in Anthropic's stream; storing, predicted outputs and cache routing hints are OpenAI's own.
-_DROPPED: Final = frozenset(
-    {
-        "stream_options",
-        "store",
-        "metadata",
-        "prediction",
-        "prompt_cache_key",
-        "prompt_cache_retention",
-    }
+# OpenAI's fields that would change the answer and that Anthropic cannot honour. Anthropic
+# translates parallel_tool_calls (disable_parallel_tool_use), unlike most native APIs.
+_REFUSED: Final = (
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "seed",
+    *OPENAI_ONLY,
 )
-_TRANSLATED: Final = frozenset(
-    {
-        "model",
-        "messages",
-        "stream",
-        "max_tokens",
-        "max_completion_tokens",
-        "temperature",
-        "top_p",
-        "stop",
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-        "reasoning_effort",
-        "response_format",
-        "user",
-        "safety_identifier",
-        "service_tier",
-    }
-)
-_OPENAI_FIELDS: Final = _TRANSLATED | _DROPPED | _REFUSED.keys()
 # OpenAI's service tiers that Anthropic has: "auto" may use priority capacity, "default" not.
 _SERVICE_TIERS: Final = {"auto": "auto", "default": "standard_only"}
 _TOOL_CHOICES: Final = {"auto": "auto", "none": "none", "required": "any"}
@@ -79,18 +54,8 @@ _TOOL_CHOICES: Final = {"auto": "auto", "none": "none", "required": "any"}
 def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, Any]:
     """The Messages API body for ``request``; raises ``InvalidRequest`` for what it cannot do."""
     body = request.body
-    if request.endpoint != "chat":
-        raise InvalidRequest(
-            "Anthropic's Messages API serves chat completions only", code="unsupported_endpoint"
-        )
-    for param, harmless in _REFUSED.items():
-        if body.get(param) not in harmless:
-            raise InvalidRequest(
-                f"'{param}' is not supported with Anthropic: the Messages API has no such "
-                "parameter",
-                param=param,
-                code="unsupported_parameter",
-            )
+    require_chat(request.endpoint, API)
+    refuse(body, _REFUSED, API)
     system, turns = translate_messages(body["messages"])
     # Anthropic wants the signed thinking blocks of a tool loop's turn back, which OpenAI's
     # messages cannot carry: a request that answers tool results goes without thinking.
@@ -114,31 +79,26 @@ def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, 
     for param in ("temperature", "top_p"):
         if body.get(param) is not None:
             out[param] = body[param]  # Anthropic's own 400 tells a value it takes not
-    stop = _stop(body.get("stop"))
+    stop = stop_sequences(body)
     if stop:
         out["stop_sequences"] = stop
     # OpenAI's safety_identifier replaces user: an end user's opaque id, as user_id is.
     param = "safety_identifier" if body.get("safety_identifier") else "user"
     user = body.get(param)
     if user is not None and not isinstance(user, str):
-        raise invalid(f"'{param}' must be a string", param, "invalid_type")
+        raise wrong_type(param, "a string")
     if user:
         out["metadata"] = {"user_id": user}
     tier = body.get("service_tier")
     if tier is not None:
         if tier not in _SERVICE_TIERS:
             raise invalid(
-                f"service_tier '{tier}' has no counterpart at Anthropic (auto, default do)",
-                "service_tier",
+                "service_tier", f"{tier!r} has no counterpart at Anthropic (auto, default do)"
             )
         out["service_tier"] = _SERVICE_TIERS[tier]
     if request.stream:
         out["stream"] = True
-    for key, value in body.items():
-        if key not in _OPENAI_FIELDS:
-            if key in out:
-                raise invalid(f"'{key}' is also written by the proxy's translation", key)
-            out[key] = value
+    merge(out, extras(body, CHAT_FIELDS))
     return out
 
 
@@ -154,12 +114,12 @@ def _thinking(
     thinking: a client's limit stays the limit and the budget is fitted under it. Without one,
     the model's default is the answer's share and the budget comes on top.
     """
-    effort = body.get("reasoning_effort")
+    effort = reasoning_effort(body)
     if effort is None or effort == "none":
         return (options.max_tokens if limit is None else limit), None
-    if not isinstance(effort, str) or effort not in options.thinking_budgets:
+    if effort not in options.thinking_budgets:
         efforts = ", ".join(["none", *options.thinking_budgets])
-        raise invalid(f"reasoning_effort must be one of {efforts}", "reasoning_effort")
+        raise invalid("reasoning_effort", f"must be one of {efforts}")
     if in_tool_loop:
         return (options.max_tokens if limit is None else limit), None
     budget = options.thinking_budgets[effort]
@@ -170,22 +130,12 @@ def _thinking(
         if budget < MIN_THINKING_BUDGET:
             param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
             raise invalid(
-                f"With reasoning_effort, '{param}' must be over {MIN_THINKING_BUDGET}: "
-                f"Anthropic's smallest thinking budget is {MIN_THINKING_BUDGET} tokens, and the "
-                "limit counts them",
                 param,
+                f"with reasoning_effort it must be over {MIN_THINKING_BUDGET}: Anthropic's "
+                f"smallest thinking budget is {MIN_THINKING_BUDGET} tokens, and the limit "
+                "counts them",
             )
     return limit, {"type": "enabled", "budget_tokens": budget}
-
-
-def _stop(value: object) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(item, str) for item in value):
-        return value
-    raise invalid("'stop' must be a string or an array of strings", "stop", "invalid_type")
 
 
 # -- tools and response_format ---------------------------------------------------------------
@@ -197,20 +147,22 @@ def _tools(
     """(tools, tool_choice, output_config)."""
     raw = body.get("tools") or []
     if not isinstance(raw, list):
-        raise invalid("'tools' must be an array", "tools", "invalid_type")
+        raise wrong_type("tools", "an array")
     tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(raw)]
     choice = _tool_choice(body.get("tool_choice"), bool(tools))
     output_config = None
-    schema = _response_schema(body.get("response_format"))
+    kind, schema = response_format(body, API)
+    if kind == "json_object":
+        schema = {"type": "object"}  # any object will do
     if schema is not None:
         if thinking:
             # Thinking allows no forced tool: Anthropic's own structured outputs instead, which
             # take a closed schema only (so no json_object).
-            if body["response_format"].get("type") == "json_object":
+            if kind == "json_object":
                 raise invalid(
-                    "response_format json_object cannot be combined with reasoning_effort on "
-                    "Anthropic: use json_schema",
                     "response_format",
+                    "json_object cannot be combined with reasoning_effort on Anthropic: use "
+                    "json_schema",
                 )
             output_config = {"format": {"type": "json_schema", "schema": schema}}
         elif choice is None or choice["type"] in ("auto", "none"):
@@ -231,21 +183,18 @@ def _tools(
 
 def _tool(tool: object, where: str) -> Block:
     if not isinstance(tool, dict) or tool.get("type") != "function":
-        raise invalid("Only tools of type 'function' can be sent to Anthropic", f"{where}.type")
+        raise unsupported(f"{where}.type", API, "it calls functions only")
     function = tool.get("function")
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(function, dict) or not isinstance(name, str) or not name:
-        raise invalid("A function tool needs function.name", f"{where}.function.name")
+        raise invalid(f"{where}.function.name", "a function tool needs a name")
     if name == JSON_TOOL:
         raise invalid(
-            f"The tool name '{JSON_TOOL}' is the proxy's own (response_format)",
-            f"{where}.function.name",
+            f"{where}.function.name", f"'{JSON_TOOL}' is the proxy's own (response_format)"
         )
     parameters = function.get("parameters")
     if parameters is not None and not isinstance(parameters, dict):
-        raise invalid(
-            "function.parameters must be an object", f"{where}.function.parameters", "invalid_type"
-        )
+        raise wrong_type(f"{where}.function.parameters", "an object")
     # Anthropic requires input_schema; OpenAI's absent parameters mean "no arguments".
     out: Block = {"name": name, "input_schema": parameters or {"type": "object", "properties": {}}}
     if isinstance(function.get("description"), str):
@@ -261,38 +210,16 @@ def _tool_choice(value: object, has_tools: bool) -> dict[str, Any] | None:
     if isinstance(value, str) and value in _TOOL_CHOICES:
         if not has_tools:
             if value == "required":
-                raise invalid("tool_choice 'required' needs tools", "tool_choice")
+                raise invalid("tool_choice", "'required' needs tools")
             return None
         return {"type": _TOOL_CHOICES[value]}
+    if isinstance(value, dict) and value.get("type") not in ("function", None):
+        # allowed_tools, custom: Anthropic names one tool or none.
+        raise unsupported("tool_choice.type", API, "it takes auto, none, required or a function")
     function = value.get("function") if isinstance(value, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(name, str):
-        raise invalid(
-            "tool_choice must be auto, none, required or a named function with Anthropic",
-            "tool_choice",
-        )
+        raise invalid("tool_choice", "must be auto, none, required or a named function")
     if not has_tools:
-        raise invalid("A named tool_choice needs tools", "tool_choice")
+        raise invalid("tool_choice", "a named tool_choice needs tools")
     return {"type": "tool", "name": name}
-
-
-def _response_schema(value: object) -> dict[str, Any] | None:
-    """The JSON schema the answer must follow, or None for free text."""
-    if value is None:
-        return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    if not isinstance(value, dict) or kind not in ("text", "json_object", "json_schema"):
-        raise invalid("response_format must be text, json_object or json_schema", "response_format")
-    if kind == "text":
-        return None
-    spec = value.get("json_schema")
-    schema = spec.get("schema") if kind == "json_schema" and isinstance(spec, dict) else None
-    if schema is None:
-        return {"type": "object"}  # json_object: any object will do
-    if not isinstance(schema, dict):
-        raise invalid(
-            "response_format.json_schema.schema must be an object",
-            "response_format.json_schema.schema",
-            "invalid_type",
-        )
-    return schema

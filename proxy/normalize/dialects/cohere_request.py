@@ -12,10 +12,19 @@ from typing import Any, Final
 
 from proxy.core.request import ClientRequest
 from proxy.normalize.dialects.dialect import RequestOptions
+from proxy.normalize.dialects.native_messages import (
+    assistant_content,
+    called_function,
+    function_tool,
+    function_tools,
+    role_error,
+    tool_call_id,
+    tool_calls,
+)
 from proxy.normalize.dialects.native_request import (
     CHAT_FIELDS,
+    OPENAI_ONLY,
     extras,
-    function_tools,
     invalid,
     merge,
     reasoning_effort,
@@ -34,14 +43,7 @@ _REFUSED: Final = (
     "top_logprobs",
     "logit_bias",
     "parallel_tool_calls",
-    "modalities",
-    "audio",
-    "functions",
-    "function_call",
-    "prediction",
-    "web_search_options",
-    "verbosity",
-    "moderation",
+    *OPENAI_ONLY,
 )
 # The same name on both sides, or OpenAI's name and Cohere's.
 _SAMPLING: Final = (
@@ -51,8 +53,6 @@ _SAMPLING: Final = (
     ("frequency_penalty", "frequency_penalty"),
     ("presence_penalty", "presence_penalty"),
 )
-# Cohere's function takes a JSON schema always; OpenAI's may leave a function without one.
-_NO_PARAMETERS: Final = {"type": "object", "properties": {}}
 
 
 def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, Any]:
@@ -66,7 +66,8 @@ def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, 
     }
     functions, mode = function_tools(body, API)
     if functions:
-        native["tools"] = [_tool(function) for function in functions]
+        # Cohere's function takes a JSON schema always; OpenAI's may leave it out.
+        native["tools"] = [function_tool(function) for function in functions]
         strict = {function.get("strict") is True for function in functions}
         if strict == {True}:
             native["strict_tools"] = True
@@ -105,15 +106,6 @@ def _thinking(effort: str, options: RequestOptions) -> dict[str, Any]:
     return {"type": "enabled", "token_budget": budget}
 
 
-def _tool(function: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": function["name"]}
-    if function.get("description") is not None:
-        out["description"] = function["description"]
-    parameters = function.get("parameters")
-    out["parameters"] = _NO_PARAMETERS if parameters is None else parameters
-    return {"type": "function", "function": out}
-
-
 def _message(message: dict[str, Any], where: str) -> dict[str, Any]:
     role = message.get("role")
     content = message.get("content")
@@ -125,34 +117,22 @@ def _message(message: dict[str, Any], where: str) -> dict[str, Any]:
     if role == "assistant":
         return _assistant(message, where)
     if role == "tool":
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str):
-            raise wrong_type(f"{where}.tool_call_id", "a string")
         return {
             "role": "tool",
-            "tool_call_id": call_id,
+            "tool_call_id": tool_call_id(message, where),
             "content": _content(content, f"{where}.content", ("text",)),
         }
-    if role == "function":
-        raise unsupported(f"{where}.role", API, "use tool messages instead of function ones")
-    raise invalid(f"{where}.role", f"{role!r} is not a role")
+    raise role_error(role, where, API)
 
 
 def _assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "assistant"}
-    content = message.get("content")
-    if content is None or content == "" or content == []:
-        # What the assistant refused with is what it said.
-        content = message.get("refusal")
+    content = assistant_content(message)
     if content:
         out["content"] = _content(content, f"{where}.content", ("text", "refusal"))
-    calls = message.get("tool_calls")
+    calls = tool_calls(message, where)
     if calls:
-        if not isinstance(calls, list):
-            raise wrong_type(f"{where}.tool_calls", "an array")
-        out["tool_calls"] = [
-            _call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)
-        ]
+        out["tool_calls"] = [_call(call, at) for call, at in calls]
         # The tool plan came to the client as reasoning_content: it goes back as the plan.
         plan = message.get("reasoning_content")
         if isinstance(plan, str) and plan:
@@ -162,13 +142,9 @@ def _assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def _call(call: object, where: str) -> dict[str, Any]:
-    if not isinstance(call, dict) or call.get("type", "function") != "function":
-        raise unsupported(f"{where}.type", API, "it calls functions only")
-    function = call.get("function")
+def _call(given: object, where: str) -> dict[str, Any]:
+    call, function = called_function(given, where, API)
     call_id = call.get("id")
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise wrong_type(f"{where}.function", "an object with a name")
     arguments = function.get("arguments")
     if not isinstance(call_id, str) or not isinstance(arguments, str):
         raise wrong_type(where, "a call with a string id and string arguments")

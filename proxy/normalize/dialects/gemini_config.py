@@ -1,5 +1,5 @@
 """The Gemini request's tools, ``toolConfig`` and ``generationConfig``, from a client's OpenAI
-fields, and the errors every part of the request builder raises (sans-IO).
+fields (sans-IO).
 
 Field names are those of Google's reference (https://ai.google.dev/api/generate-content).
 """
@@ -9,9 +9,20 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest
 from proxy.normalize.dialects.dialect import RequestOptions
+from proxy.normalize.dialects.native_request import (
+    invalid,
+    is_set,
+    reasoning_effort,
+    response_format,
+    stop_sequences,
+    unsupported,
+    wrong_type,
+)
+
+# How the request builder's refusals name the API.
+API: Final = "the Gemini API"
 
 _SAMPLING: Final = (
     ("temperature", "temperature"),
@@ -24,27 +35,6 @@ _TOOL_MODES: Final = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 # allowed_tools: "auto" may answer in text or call one of them, which is Gemini's VALIDATED.
 _ALLOWED_MODES: Final = {"auto": "VALIDATED", "required": "ANY"}
 _GENERATION: Final = re.compile(r"(?:^|/)gemini-(\d+)")
-
-
-# -- errors -----------------------------------------------------------------------------------
-
-
-def wrong_type(param: str, expected: str) -> InvalidRequest:
-    return InvalidRequest(
-        f"Invalid type for '{param}': expected {expected}", param=param, code="invalid_type"
-    )
-
-
-def invalid(param: str, why: str) -> InvalidRequest:
-    return InvalidRequest(f"Invalid value for '{param}': {why}", param=param, code="invalid_value")
-
-
-def unsupported(param: str, what: str) -> InvalidRequest:
-    return InvalidRequest(
-        f"The Gemini API does not support {what} ('{param}')",
-        param=param,
-        code="unsupported_parameter",
-    )
 
 
 # -- tools ------------------------------------------------------------------------------------
@@ -61,7 +51,7 @@ def declare_functions(tools: object) -> list[dict[str, Any]]:
         if not isinstance(tool, dict):
             raise wrong_type(param, "an object")
         if tool.get("type", "function") != "function":
-            raise unsupported(f"{param}.type", "tools other than functions")
+            raise unsupported(f"{param}.type", API, "it calls functions only")
         function = tool.get("function")
         if not isinstance(function, dict):
             raise wrong_type(f"{param}.function", "an object")
@@ -114,7 +104,7 @@ def build_tool_config(choice: object, has_tools: bool) -> dict[str, Any] | None:
         if mode is None:
             raise invalid("tool_choice.allowed_tools.mode", "must be auto or required")
         return {"functionCallingConfig": {"mode": mode, "allowedFunctionNames": _names(allowed)}}
-    raise unsupported("tool_choice.type", f"a tool choice of type {kind!r}")
+    raise unsupported("tool_choice.type", API, "it calls functions only")
 
 
 def _names(allowed: dict[str, Any]) -> list[str]:
@@ -124,7 +114,9 @@ def _names(allowed: dict[str, Any]) -> list[str]:
     names = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") != "function":
-            raise unsupported(f"tool_choice.allowed_tools.tools[{i}]", "tools other than functions")
+            raise unsupported(
+                f"tool_choice.allowed_tools.tools[{i}]", API, "it calls functions only"
+            )
         function = tool.get("function")
         name = function.get("name") if isinstance(function, dict) else None
         if not isinstance(name, str) or not name:
@@ -157,45 +149,20 @@ def build_generation_config(request: ClientRequest, options: RequestOptions) -> 
         config["maxOutputTokens"] = request.max_tokens
     if request.n > 1:
         config["candidateCount"] = request.n
-    stop = body.get("stop")
-    if isinstance(stop, str):
-        config["stopSequences"] = [stop]
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        if stop:
-            config["stopSequences"] = stop
-    elif stop is not None:
-        raise wrong_type("stop", "a string or an array of strings")
-    config.update(_response_format(body.get("response_format")))
+    stop = stop_sequences(body)
+    if stop:
+        config["stopSequences"] = stop
+    kind, schema = response_format(body, API)
+    if kind != "text":
+        config["responseMimeType"] = "application/json"
+    if schema is not None:
+        # responseJsonSchema takes JSON Schema itself; responseSchema only an OpenAPI subset.
+        config["responseJsonSchema"] = schema
     config.update(_logprobs(body))
-    thinking = _thinking(body.get("reasoning_effort"), options)
+    thinking = _thinking(reasoning_effort(body), options)
     if thinking is not None:
         config["thinkingConfig"] = thinking
     return config
-
-
-def _response_format(value: object) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise wrong_type("response_format", "an object")
-    kind = value.get("type")
-    if kind == "text":
-        return {}
-    if kind == "json_object":
-        return {"responseMimeType": "application/json"}
-    if kind != "json_schema":
-        raise invalid("response_format.type", "must be text, json_object or json_schema")
-    spec = value.get("json_schema")
-    if not isinstance(spec, dict):
-        raise wrong_type("response_format.json_schema", "an object")
-    out: dict[str, Any] = {"responseMimeType": "application/json"}
-    schema = spec.get("schema")
-    if schema is not None:
-        if not isinstance(schema, dict):
-            raise wrong_type("response_format.json_schema.schema", "an object")
-        # responseJsonSchema takes JSON Schema itself; responseSchema only an OpenAPI subset.
-        out["responseJsonSchema"] = schema
-    return out
 
 
 def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
@@ -204,7 +171,7 @@ def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
         raise wrong_type("logprobs", "a boolean")
     top = _number(body, "top_logprobs", int)
     if not wanted:
-        if top is not None:
+        if is_set(body, "top_logprobs"):
             raise invalid("top_logprobs", "needs 'logprobs' set to true")
         return {}
     out: dict[str, Any] = {"responseLogprobs": True}
@@ -213,14 +180,12 @@ def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _thinking(effort: object, options: RequestOptions) -> dict[str, Any] | None:
+def _thinking(effort: str | None, options: RequestOptions) -> dict[str, Any] | None:
     """thinkingConfig for reasoning_effort: Gemini 3 and later take a thinkingLevel of the same
     names; earlier models (and names that tell no generation) the configured budget, which
     Gemini 3 also accepts. includeThoughts, or Gemini keeps its thoughts to itself."""
     if effort is None:
         return None
-    if not isinstance(effort, str):
-        raise wrong_type("reasoning_effort", "a string")
     if effort == "none":
         return {"thinkingBudget": 0}
     budget = options.thinking_budgets.get(effort)

@@ -1,385 +1,64 @@
 """The Gemini API request for a client's OpenAI chat request (sans-IO).
 
 Written against Google's ``generateContent`` reference (https://ai.google.dev/api/generate-content):
-messages become ``contents`` (roles ``user`` and ``model``) and a ``systemInstruction``, tools
-``functionDeclarations`` and ``toolConfig``, the sampling fields ``generationConfig``. What
-Gemini cannot do and that would change the answer is refused with a 400; fields that change
-nothing of it and have no counterpart (``user``, ``metadata``, ``stream_options``, ...) are
-dropped. docs/providers/gemini.md lists every field.
+messages become ``contents`` (roles ``user`` and ``model``) and a ``systemInstruction``
+(gemini_messages.py), tools ``functionDeclarations`` and ``toolConfig``, the sampling fields
+``generationConfig`` (gemini_config.py). Every OpenAI field is translated, dropped or refused
+as native_request.py judges it for every native API. docs/providers/gemini.md lists every field.
 """
 
 from __future__ import annotations
 
-import base64
-import urllib.parse
 from typing import Any, Final
 
-import orjson
-
-from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest
 from proxy.normalize.dialects.dialect import RequestOptions
 from proxy.normalize.dialects.gemini_config import (
+    API,
     build_generation_config,
     build_tool_config,
     declare_functions,
-    invalid,
-    unsupported,
-    wrong_type,
+)
+from proxy.normalize.dialects.gemini_messages import translate_messages
+from proxy.normalize.dialects.native_request import (
+    CHAT_FIELDS,
+    OPENAI_ONLY,
+    extras,
+    merge,
+    merge_part,
+    refuse,
+    require_chat,
 )
 
-# Gemini 3 answers 400 when the first functionCall of a step in the current turn comes back
-# without its thoughtSignature, which an OpenAI client never has; Google documents this value
-# for history the model did not produce (https://ai.google.dev/gemini-api/docs/thought-signatures).
-SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
-
-# OpenAI's chat fields the translation reads (and top_k, a common extension: Gemini's topK).
-_TRANSLATED: Final = frozenset(
-    {
-        "messages", "model", "stream", "max_tokens", "max_completion_tokens", "n", "stop",
-        "temperature", "top_p", "top_k", "presence_penalty", "frequency_penalty", "seed",
-        "logprobs", "top_logprobs", "response_format", "tools", "tool_choice",
-        "parallel_tool_calls", "reasoning_effort", "modalities", "verbosity", "logit_bias",
-    }
-)  # fmt: skip
-# OpenAI's fields that change nothing in the answer and have no counterpart: who asks, what
-# OpenAI stores or bills, its cache keys and predicted outputs (latency only); usage always
-# comes in Gemini's answers.
-_DROPPED: Final = frozenset(
-    {
-        "metadata", "user", "safety_identifier", "store", "service_tier", "stream_options",
-        "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "prediction",
-    }
-)  # fmt: skip
-# OpenAI's fields whose effect Gemini cannot give: refused whenever set (not null).
-_REFUSED: Final = {
-    "audio": "audio output",
-    "functions": "the deprecated 'functions' (use 'tools')",
-    "function_call": "the deprecated 'function_call' (use 'tool_choice')",
-    "web_search_options": "OpenAI's web search",
-    "moderation": "OpenAI's moderation",
-}
-_OPENAI: Final = _TRANSLATED | _DROPPED | _REFUSED.keys()
-_AUDIO_TYPES: Final = {"wav": "audio/wav", "mp3": "audio/mp3"}
-# Gemini fetches an http(s) URL itself; its fileData.mimeType is optional, given when known.
-_FILE_TYPES: Final = {
-    "png": "image/png",
-    "jpg": "image/jpeg",
-    "jpeg": "image/jpeg",
-    "webp": "image/webp",
-    "heic": "image/heic",
-    "heif": "image/heif",
-    "pdf": "application/pdf",
-}
+# Gemini translates n (candidateCount) and logprobs, unlike most native APIs; it may answer
+# with several calls at once and has no switch against it (parallel_tool_calls false).
+_REFUSED: Final = ("logit_bias", "parallel_tool_calls", *OPENAI_ONLY)
+# top_k is not OpenAI's but a common extension, translated (topK): not one of Gemini's own.
+_READ: Final = CHAT_FIELDS | {"top_k"}
 
 
 def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, Any]:
     """The ``generateContent`` body (the model and the stream are in the URL)."""
-    if request.endpoint != "chat":
-        raise InvalidRequest(
-            "The Gemini API serves chat completions only", code="unsupported_endpoint"
-        )
+    require_chat(request.endpoint, API)
     body = request.body
-    _refuse_unsupported(body)
-    system, contents = _contents(body["messages"])
+    refuse(body, _REFUSED, API)
+    system, contents = translate_messages(body["messages"])
     out: dict[str, Any] = {"contents": contents}
     if system:
         out["systemInstruction"] = {"parts": system}
     declarations = declare_functions(body.get("tools"))
     if declarations:
         out["tools"] = [{"functionDeclarations": declarations}]
-    choice = build_tool_config(body.get("tool_choice"), bool(declarations))
-    if choice is not None:
-        out["toolConfig"] = choice
+    tool_config = build_tool_config(body.get("tool_choice"), bool(declarations)) or {}
     config = build_generation_config(request, options)
+    # A field that is not OpenAI's is one of Gemini's own (safetySettings, cachedContent), sent
+    # as it came; Gemini's objects the translation writes take the client's own keys too.
+    given = extras(body, _READ)
+    merge_part(tool_config, given, "toolConfig")
+    merge_part(config, given, "generationConfig")
+    if tool_config:
+        out["toolConfig"] = tool_config
     if config:
         out["generationConfig"] = config
-    _pass_on(out, {key: value for key, value in body.items() if key not in _OPENAI})
+    merge(out, given)
     return out
-
-
-def _pass_on(out: dict[str, Any], extras: dict[str, Any]) -> None:
-    """A field that is not OpenAI's is one of Gemini's own (safetySettings, cachedContent, a
-    generationConfig of its own keys), sent as it came; one the translation set is refused."""
-    for key, value in extras.items():
-        mine = out.get(key)
-        if mine is None:
-            out[key] = value
-        elif isinstance(mine, dict) and isinstance(value, dict):
-            for inner, given in value.items():
-                if inner in mine:
-                    raise invalid(f"{key}.{inner}", "the proxy sets it from an OpenAI field")
-                mine[inner] = given
-        else:
-            raise invalid(key, "the proxy sets it from the request's OpenAI fields")
-
-
-def _refuse_unsupported(body: dict[str, Any]) -> None:
-    for key, what in _REFUSED.items():
-        if body.get(key) is not None:
-            raise unsupported(key, what)
-    if body.get("logit_bias"):
-        raise unsupported("logit_bias", "logit biases")
-    modalities = body.get("modalities")
-    if isinstance(modalities, list) and any(m != "text" for m in modalities):
-        raise unsupported("modalities", "output other than text")
-    if body.get("parallel_tool_calls") is False:
-        # Gemini may answer with several calls at once and has no switch against it.
-        raise unsupported("parallel_tool_calls", "turning parallel tool calls off")
-    verbosity = body.get("verbosity")
-    if verbosity is not None and verbosity != "medium":  # medium: OpenAI's default
-        raise unsupported("verbosity", "a verbosity setting")
-
-
-# -- messages ---------------------------------------------------------------------------------
-
-
-def _contents(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(systemInstruction parts, contents). Consecutive turns of one role share a content:
-    Gemini wants the responses to one step's parallel calls together."""
-    system: list[dict[str, Any]] = []
-    contents: list[dict[str, Any]] = []
-    names: dict[str, str] = {}  # tool_call_id -> function name, from the calls seen so far
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        role = message.get("role")
-        if role in ("system", "developer"):
-            system += _text_parts(message.get("content"), where)
-            continue
-        if role == "user":
-            native, parts = "user", _user_parts(message.get("content"), where)
-        elif role == "assistant":
-            native, parts = "model", _model_parts(message, where, names)
-        elif role == "tool":
-            native, parts = "user", [_function_response(message, where, names)]
-        else:
-            raise invalid(f"{where}.role", "must be system, developer, user, assistant or tool")
-        if not parts:
-            continue
-        if contents and contents[-1]["role"] == native:
-            contents[-1]["parts"] += parts
-        else:
-            contents.append({"role": native, "parts": parts})
-    if not contents:
-        raise invalid("messages", "Gemini needs at least one user or assistant message")
-    for content in contents:
-        calls = [part for part in content["parts"] if "functionCall" in part]
-        if calls and "thoughtSignature" not in calls[0]:
-            calls[0]["thoughtSignature"] = SKIP_SIGNATURE
-    return system, contents
-
-
-def _text_of(content: object, where: str) -> str:
-    """The text of a content that may only be text (a string or text parts)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise wrong_type(f"{where}.content", "a string or an array of text parts")
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text":
-            raise unsupported(f"{where}.content[{j}].type", "parts other than text in this message")
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise wrong_type(f"{where}.content[{j}].text", "a string")
-        texts.append(text)
-    return "".join(texts)
-
-
-def _text_parts(content: object, where: str) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    text = _text_of(content, where)
-    return [{"text": text}] if text else []
-
-
-def _user_parts(content: object, where: str) -> list[dict[str, Any]]:
-    # Empty text is left out: Gemini refuses an empty text part.
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
-    if not isinstance(content, list):
-        raise wrong_type(f"{where}.content", "a string or an array of content parts")
-    parts = []
-    for j, part in enumerate(content):
-        param = f"{where}.content[{j}]"
-        if not isinstance(part, dict):
-            raise wrong_type(param, "an object")
-        kind = part.get("type")
-        if kind == "text":
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise wrong_type(f"{param}.text", "a string")
-            if text:
-                parts.append({"text": text})
-        elif kind == "image_url":
-            parts.append(_image(part.get("image_url"), f"{param}.image_url"))
-        elif kind == "input_audio":
-            parts.append(_audio(part.get("input_audio"), f"{param}.input_audio"))
-        elif kind == "file":
-            parts.append(_file(part.get("file"), f"{param}.file"))
-        else:
-            raise unsupported(f"{param}.type", f"content parts of type {kind!r}")
-    return parts
-
-
-def _model_parts(message: dict[str, Any], where: str, names: dict[str, str]) -> list[Any]:
-    parts: list[dict[str, Any]] = []
-    content = message.get("content")
-    if isinstance(content, list):
-        for j, part in enumerate(content):
-            # An assistant's parts are text or refusal; a refusal is what the model said.
-            if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
-                raise unsupported(
-                    f"{where}.content[{j}].type", "assistant parts other than text and refusal"
-                )
-            text = part.get(part["type"])
-            if not isinstance(text, str):
-                raise wrong_type(f"{where}.content[{j}].{part['type']}", "a string")
-            if text:
-                parts.append({"text": text})
-    elif isinstance(content, str):
-        if content:
-            parts.append({"text": content})
-    elif content is not None:
-        raise wrong_type(f"{where}.content", "a string or an array of text parts")
-    if message.get("audio") is not None:
-        raise unsupported(f"{where}.audio", "OpenAI's stored audio")
-    calls = message.get("tool_calls")
-    if calls is None:
-        return parts
-    if not isinstance(calls, list):
-        raise wrong_type(f"{where}.tool_calls", "an array")
-    for j, call in enumerate(calls):
-        param = f"{where}.tool_calls[{j}]"
-        if not isinstance(call, dict):
-            raise wrong_type(param, "an object")
-        if call.get("type", "function") != "function":
-            raise unsupported(f"{param}.type", "tool calls other than functions")
-        function = call.get("function")
-        if not isinstance(function, dict):
-            raise wrong_type(f"{param}.function", "an object")
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise wrong_type(f"{param}.function.name", "a non-empty string")
-        call_part: dict[str, Any] = {
-            "functionCall": {
-                "name": name,
-                "args": _arguments(function.get("arguments"), f"{param}.function.arguments"),
-            }
-        }
-        signature = _signature(call)
-        if signature is not None:
-            call_part["thoughtSignature"] = signature
-        call_id = call.get("id")
-        if isinstance(call_id, str) and call_id:
-            names[call_id] = name
-        parts.append(call_part)
-    return parts
-
-
-def _signature(call: dict[str, Any]) -> str | None:
-    """The signature a client kept where Google's own OpenAI layer puts it
-    (``extra_content.google.thought_signature``), if it did."""
-    extra = call.get("extra_content")
-    google = extra.get("google") if isinstance(extra, dict) else None
-    signature = google.get("thought_signature") if isinstance(google, dict) else None
-    return signature if isinstance(signature, str) and signature else None
-
-
-def _arguments(value: object, param: str) -> dict[str, Any]:
-    """functionCall.args is an object; OpenAI's arguments are its JSON text."""
-    if isinstance(value, dict):
-        return value
-    if not isinstance(value, str):
-        raise wrong_type(param, "a string of JSON")
-    if not value.strip():
-        return {}
-    try:
-        parsed = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        raise invalid(param, "is not valid JSON") from None
-    if not isinstance(parsed, dict):
-        raise invalid(param, "must be a JSON object")
-    return parsed
-
-
-def _function_response(
-    message: dict[str, Any], where: str, names: dict[str, str]
-) -> dict[str, Any]:
-    call_id = message.get("tool_call_id")
-    if not isinstance(call_id, str):
-        raise wrong_type(f"{where}.tool_call_id", "a string")
-    name = names.get(call_id)
-    if name is None:
-        # Gemini matches a response to its call by the function's name.
-        raise invalid(f"{where}.tool_call_id", f"no earlier assistant tool call has id {call_id!r}")
-    content = message.get("content")
-    text = "" if content is None else _text_of(content, where)
-    # response must be an object; Google reads its "output" key as the function's output.
-    return {"functionResponse": {"name": name, "response": {"output": text}}}
-
-
-# -- media ------------------------------------------------------------------------------------
-
-
-def _image(image: object, param: str) -> dict[str, Any]:
-    url = image.get("url") if isinstance(image, dict) else None
-    if not isinstance(url, str):
-        raise wrong_type(f"{param}.url", "a string")
-    if url[:5].lower() == "data:":
-        return {"inlineData": _data_url(url, f"{param}.url")}
-    split = urllib.parse.urlsplit(url)
-    if split.scheme.lower() not in ("http", "https") or not split.netloc:
-        raise invalid(f"{param}.url", "must be an http(s) URL or a data: URL")
-    # Since January 2026 the Gemini API fetches public and signed URLs itself.
-    file: dict[str, Any] = {"fileUri": url}
-    mime = _FILE_TYPES.get(split.path.rpartition(".")[2].lower())
-    if mime is not None:
-        file["mimeType"] = mime
-    return {"fileData": file}
-
-
-def _data_url(url: str, param: str) -> dict[str, Any]:
-    """inlineData from an RFC 2397 ``data:`` URL (base64 or percent-encoded)."""
-    header, comma, data = url[5:].partition(",")
-    if not comma:
-        raise invalid(param, "is not a valid data: URL")
-    fields = header.split(";")
-    mime = fields[0].strip() or "text/plain"
-    if any(field.strip().lower() == "base64" for field in fields[1:]):
-        return {"mimeType": mime, "data": data.strip()}
-    raw = urllib.parse.unquote_to_bytes(data)
-    return {"mimeType": mime, "data": base64.b64encode(raw).decode("ascii")}
-
-
-def _audio(audio: object, param: str) -> dict[str, Any]:
-    if not isinstance(audio, dict):
-        raise wrong_type(param, "an object")
-    data = audio.get("data")
-    if not isinstance(data, str):
-        raise wrong_type(f"{param}.data", "a base64 string")
-    mime = _AUDIO_TYPES.get(str(audio.get("format")))
-    if mime is None:
-        raise invalid(f"{param}.format", "must be wav or mp3")
-    return {"inlineData": {"mimeType": mime, "data": data}}
-
-
-def _file(file: object, param: str) -> dict[str, Any]:
-    if not isinstance(file, dict):
-        raise wrong_type(param, "an object")
-    data = file.get("file_data")
-    if data is None:
-        if file.get("file_id") is not None:
-            raise unsupported(f"{param}.file_id", "OpenAI's uploaded files")
-        raise wrong_type(f"{param}.file_data", "a string")
-    if not isinstance(data, str):
-        raise wrong_type(f"{param}.file_data", "a string")
-    if data[:5].lower() == "data:":
-        return {"inlineData": _data_url(data, f"{param}.file_data")}
-    # Bare base64: its type is the file name's.
-    filename = file.get("filename")
-    extension = filename.rpartition(".")[2].lower() if isinstance(filename, str) else ""
-    mime = _FILE_TYPES.get(extension)
-    if mime is None:
-        raise invalid(f"{param}.file_data", "give a data: URL, or a filename that tells its type")
-    return {"inlineData": {"mimeType": mime, "data": data}}

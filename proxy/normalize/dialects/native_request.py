@@ -1,11 +1,14 @@
-"""What the native request builders share: reading a client's OpenAI fields, and refusing with
-a clear 400 what a native API cannot do, rather than dropping what would change the answer.
+"""The field policy every native request builder follows, and the readers of a client's OpenAI
+fields they share: one judgement of a field for every native API.
 
 Every field of OpenAI's request schema (``spec/openai-schemas.json``) is either translated by
-the dialect, dropped here because it changes nothing in the answer, or refused. A field that is
-not OpenAI's is taken for one of the native API's own (Cohere's ``documents``, Ollama's
-``keep_alive``, TGI's ``top_k``) and passed on as it came, as CANONICAL.md section 5 passes an
-unknown field on to an OpenAI-compatible upstream; it may not set what the translation sets.
+the dialect, dropped because it changes nothing in the answer (``NEUTRAL``), or refused with a
+400 naming it (``refuse``), its no-op values (``n: 1``, ``presence_penalty: 0``) being as good
+as leaving it out. A field that is not OpenAI's is taken for one of the native API's own (a
+sampling option OpenAI has not, say) and passed on as it came (``extras``), as CANONICAL.md
+section 5 passes an unknown field on to an OpenAI-compatible upstream. It may not set what the
+translation sets (``merge``), but may add its own keys to an object the translation writes
+when the dialect says so (``merge_part``: sampling options, say).
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ NEUTRAL: Final = frozenset({
     "metadata", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention",
     "safety_identifier", "service_tier", "store", "stream_options", "user",
 })  # fmt: skip
+# OpenAI's features that no native API here is given: every dialect refuses them when set.
+OPENAI_ONLY: Final = (
+    "modalities", "audio", "functions", "function_call", "prediction", "web_search_options",
+    "verbosity", "moderation",
+)  # fmt: skip
 # Values that ask for nothing beyond a native API's own behaviour.
 _NO_EFFECT: Final[Mapping[str, tuple[object, ...]]] = {
     "n": (1,),
@@ -55,8 +63,8 @@ _NO_EFFECT: Final[Mapping[str, tuple[object, ...]]] = {
 _WHY: Final[Mapping[str, str]] = {
     "n": "one choice is generated per request",
     "best_of": "it has no best_of",
-    "logprobs": "its log probabilities cannot be given in OpenAI's shape",
-    "top_logprobs": "its log probabilities cannot be given in OpenAI's shape",
+    "logprobs": "it gives no log probabilities in OpenAI's shape",
+    "top_logprobs": "it gives no log probabilities in OpenAI's shape",
     "echo": "it does not echo the prompt",
     "logit_bias": "it takes no logit bias",
     "parallel_tool_calls": "it cannot be kept to one tool call",
@@ -72,6 +80,7 @@ _WHY: Final[Mapping[str, str]] = {
     "presence_penalty": "it has no presence penalty",
     "frequency_penalty": "it has no frequency penalty",
     "reasoning_effort": "it has no reasoning setting",
+    "seed": "it takes no seed",
 }
 
 
@@ -93,6 +102,14 @@ def wrong_type(param: str, expected: str) -> InvalidRequest:
     return InvalidRequest(
         f"Invalid type for '{param}': expected {expected}", param=param, code="invalid_type"
     )
+
+
+def require_chat(endpoint: str, api: str) -> None:
+    """A 400 for any endpoint but chat, for an API that serves chat completions only."""
+    if endpoint != "chat":
+        raise InvalidRequest(
+            f"Only chat completions are served by {api}", code="unsupported_endpoint"
+        )
 
 
 def is_set(body: Mapping[str, Any], param: str) -> bool:
@@ -127,6 +144,17 @@ def merge(native: dict[str, Any], given: Mapping[str, Any], where: str = "") -> 
         native[key] = value
 
 
+def merge_part(part: dict[str, Any], given: dict[str, Any], key: str) -> None:
+    """Move the client's own ``key`` object out of ``given`` into ``part``, the translation's
+    object of that name, key by key: the native API's own options beside the translated ones."""
+    own = given.pop(key, None)
+    if own is None:
+        return
+    if not isinstance(own, dict):
+        raise wrong_type(key, "an object")
+    merge(part, own, key)
+
+
 def stop_sequences(body: Mapping[str, Any]) -> list[str] | None:
     stop = body.get("stop")
     if stop is None:
@@ -148,89 +176,6 @@ def single_prompt(body: Mapping[str, Any], api: str) -> str:
     if isinstance(prompt, list) and all(isinstance(item, str) for item in prompt):
         raise unsupported("prompt", api, "it generates from one prompt at a time")
     raise unsupported("prompt", api, "it takes the prompt as text, not as token ids")
-
-
-def text_of(content: object, param: str, api: str) -> str:
-    """A message's content as one string: text parts are joined as they come."""
-    if isinstance(content, str):
-        return content
-    if content is None:
-        return ""
-    if not isinstance(content, list):
-        raise wrong_type(param, "a string or an array of content parts")
-    texts = []
-    for position, part in enumerate(content):
-        where = f"{param}[{position}]"
-        if not isinstance(part, dict):
-            raise wrong_type(where, "a content part object")
-        if part.get("type") != "text":
-            raise unsupported(f"{where}.type", api, f"it takes no '{part.get('type')}' part here")
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise wrong_type(f"{where}.text", "a string")
-        texts.append(text)
-    return "".join(texts)
-
-
-def function_tools(body: Mapping[str, Any], api: str) -> tuple[list[dict[str, Any]], str]:
-    """The functions the model may call (OpenAI's ``function`` objects, checked) and how it
-    must choose: "auto", "none" or "required". A named ``tool_choice``, or ``allowed_tools``,
-    leaves only those functions: forcing one is offering only it and requiring a call."""
-    raw = body.get("tools")
-    if raw is None:
-        raw = []
-    if not isinstance(raw, list):
-        raise wrong_type("tools", "an array")
-    functions = []
-    for position, tool in enumerate(raw):
-        where = f"tools[{position}]"
-        if not isinstance(tool, dict):
-            raise wrong_type(where, "an object")
-        if tool.get("type") != "function":
-            raise unsupported(f"{where}.type", api, "it calls functions only")
-        function = tool.get("function")
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise wrong_type(f"{where}.function", "an object with a name")
-        functions.append(function)
-    choice = body.get("tool_choice")
-    if choice is None or choice == "auto":
-        return functions, "auto"
-    if choice in ("none", "required"):
-        if choice == "required" and not functions:
-            raise invalid("tool_choice", "'required' needs tools")
-        return functions, str(choice)
-    if not isinstance(choice, dict):
-        raise wrong_type("tool_choice", "'none', 'auto', 'required' or an object")
-    kind = choice.get("type")
-    if kind == "function":
-        named = choice.get("function")
-        name = named.get("name") if isinstance(named, dict) else None
-        return _only(functions, [name], "tool_choice.function.name"), "required"
-    if kind == "allowed_tools":
-        allowed = choice.get("allowed_tools")
-        if not isinstance(allowed, dict) or allowed.get("mode") not in ("auto", "required"):
-            raise wrong_type("tool_choice.allowed_tools", "an object with mode auto or required")
-        tools = allowed.get("tools")
-        if not isinstance(tools, list):
-            raise wrong_type("tool_choice.allowed_tools.tools", "an array")
-        names = [
-            tool["function"].get("name") if isinstance(tool.get("function"), dict) else None
-            for tool in tools
-            if isinstance(tool, dict)
-        ]
-        only = _only(functions, names, "tool_choice.allowed_tools.tools")
-        return only, str(allowed["mode"])
-    raise unsupported("tool_choice.type", api, "it calls functions only")
-
-
-def _only(functions: list[dict[str, Any]], names: list[object], param: str) -> list[dict[str, Any]]:
-    by_name = {function["name"]: function for function in functions}
-    chosen = []
-    for name in names:
-        if not isinstance(name, str) or name not in by_name:
-            raise invalid(param, f"{name!r} is not one of the request's tools")
-        chosen.append(by_name[name])
-    return chosen
 
 
 def reasoning_effort(body: Mapping[str, Any]) -> str | None:

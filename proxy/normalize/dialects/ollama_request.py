@@ -16,38 +16,36 @@ import orjson
 
 from proxy.core.request import ClientRequest
 from proxy.normalize.dialects.dialect import RequestOptions
+from proxy.normalize.dialects.native_messages import (
+    assistant_content,
+    called_function,
+    function_tool,
+    function_tools,
+    role_error,
+    text_of,
+    tool_call_id,
+    tool_calls,
+)
 from proxy.normalize.dialects.native_request import (
     CHAT_FIELDS,
     COMPLETION_FIELDS,
+    OPENAI_ONLY,
     extras,
-    function_tools,
     invalid,
     is_set,
     merge,
+    merge_part,
     reasoning_effort,
     refuse,
     response_format,
     single_prompt,
     stop_sequences,
-    text_of,
     unsupported,
     wrong_type,
 )
 
 API: Final = "Ollama's API"
-_CHAT_REFUSED: Final = (
-    "n",
-    "logit_bias",
-    "parallel_tool_calls",
-    "modalities",
-    "audio",
-    "functions",
-    "function_call",
-    "prediction",
-    "web_search_options",
-    "verbosity",
-    "moderation",
-)
+_CHAT_REFUSED: Final = ("n", "logit_bias", "parallel_tool_calls", *OPENAI_ONLY)
 # Completions' logprobs has offsets into the text that Ollama's per-token ones do not give.
 _COMPLETION_REFUSED: Final = ("n", "best_of", "logprobs", "echo", "logit_bias")
 _OPTIONS: Final = ("temperature", "top_p", "seed", "frequency_penalty", "presence_penalty")
@@ -63,7 +61,6 @@ _THINK: Final = {
     "xhigh": "max",
     "max": "max",
 }
-_NO_PARAMETERS: Final = {"type": "object", "properties": {}}
 
 
 def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, Any]:
@@ -101,11 +98,7 @@ def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, 
     for name in _OPTIONS:
         if body.get(name) is not None:
             sampling[name] = body[name]
-    own = given.pop("options", None)
-    if own is not None:
-        if not isinstance(own, dict):
-            raise wrong_type("options", "an object")
-        merge(sampling, own, "options")  # num_ctx and the like, Ollama's own
+    merge_part(sampling, given, "options")  # num_ctx and the like, Ollama's own
     if sampling:
         native["options"] = sampling
     merge(native, given)
@@ -121,7 +114,8 @@ def _chat(body: dict[str, Any], native: dict[str, Any]) -> None:
         raise unsupported("tool_choice", API, "it cannot be made to call a tool")
     if functions and mode == "auto":
         # tool_choice none: no tool is offered, so none is called.
-        native["tools"] = [_tool(function) for function in functions]
+        # strict has no counterpart: Ollama does not hold arguments to the schema.
+        native["tools"] = [function_tool(function) for function in functions]
     kind, schema = response_format(body, API)
     if kind == "json_object":
         native["format"] = "json"
@@ -139,16 +133,6 @@ def _chat(body: dict[str, Any], native: dict[str, Any]) -> None:
             native["top_logprobs"] = body["top_logprobs"]
     elif is_set(body, "top_logprobs"):
         raise invalid("top_logprobs", "it needs logprobs true")
-
-
-def _tool(function: dict[str, Any]) -> dict[str, Any]:
-    # strict has no counterpart: Ollama does not hold arguments to the schema.
-    out: dict[str, Any] = {"name": function["name"]}
-    if function.get("description") is not None:
-        out["description"] = function["description"]
-    parameters = function.get("parameters")
-    out["parameters"] = _NO_PARAMETERS if parameters is None else parameters
-    return {"type": "function", "function": out}
 
 
 def _call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
@@ -176,17 +160,13 @@ def _message(message: dict[str, Any], where: str, names: dict[str, str]) -> dict
     if role == "assistant":
         return _assistant(message, where)
     if role == "tool":
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str):
-            raise wrong_type(f"{where}.tool_call_id", "a string")
+        call_id = tool_call_id(message, where)
         out = {"role": "tool", "content": text_of(content, f"{where}.content", API)}
         out["tool_call_id"] = call_id
         if call_id in names:
             out["tool_name"] = names[call_id]
         return out
-    if role == "function":
-        raise unsupported(f"{where}.role", API, "use tool messages instead of function ones")
-    raise invalid(f"{where}.role", f"{role!r} is not a role")
+    raise role_error(role, where, API)
 
 
 def _user(content: object, where: str) -> dict[str, Any]:
@@ -220,9 +200,7 @@ def _image(image: object, where: str) -> str:
 
 
 def _assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
-    content = message.get("content")
-    if content is None or content == "" or content == []:
-        content = message.get("refusal")  # what the assistant refused with is what it said
+    content = assistant_content(message)
     if isinstance(content, list):
         # A refusal part is what the assistant said too.
         content = [
@@ -238,22 +216,14 @@ def _assistant(message: dict[str, Any], where: str) -> dict[str, Any]:
     thinking = message.get("reasoning_content")
     if isinstance(thinking, str) and thinking:
         out["thinking"] = thinking  # the reasoning the client was given, back in its place
-    calls = message.get("tool_calls")
+    calls = tool_calls(message, where)
     if calls:
-        if not isinstance(calls, list):
-            raise wrong_type(f"{where}.tool_calls", "an array")
-        out["tool_calls"] = [
-            _call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)
-        ]
+        out["tool_calls"] = [_call(call, at) for call, at in calls]
     return out
 
 
-def _call(call: object, where: str) -> dict[str, Any]:
-    if not isinstance(call, dict) or call.get("type", "function") != "function":
-        raise unsupported(f"{where}.type", API, "it calls functions only")
-    function = call.get("function")
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise wrong_type(f"{where}.function", "an object with a name")
+def _call(given: object, where: str) -> dict[str, Any]:
+    call, function = called_function(given, where, API)
     arguments = function.get("arguments")
     if not isinstance(arguments, str):
         raise wrong_type(f"{where}.function.arguments", "a string")

@@ -21,10 +21,10 @@ from proxy.normalize.dialects.native_request import (
     extras,
     is_set,
     merge,
+    merge_part,
     refuse,
     single_prompt,
     stop_sequences,
-    wrong_type,
 )
 from proxy.normalize.fields import RequestContext
 
@@ -66,11 +66,7 @@ def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, 
     if is_set(body, "best_of"):
         parameters["best_of"] = body["best_of"]  # the same meaning: the best of so many
     given = extras(body, COMPLETION_FIELDS)
-    own = given.pop("parameters", None)
-    if own is not None:
-        if not isinstance(own, dict):
-            raise wrong_type("parameters", "an object")
-        merge(parameters, own, "parameters")
+    merge_part(parameters, given, "parameters")
     # TGI's body has nothing but inputs and parameters: a client's other fields (top_k,
     # repetition_penalty, grammar, ...) are parameters.
     merge(parameters, given)
