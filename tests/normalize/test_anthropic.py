@@ -91,6 +91,8 @@ FIELDS: list[tuple[dict[str, Any], dict[str, Any]]] = [
     ({"n": 1, "logprobs": False, "top_logprobs": 0, "seed": None}, {}),
     ({"presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}}, {}),
     ({"modalities": ["text"], "verbosity": None, "audio": None}, {}),
+    # OpenAI's default verbosity, and a predicted output (only a speed-up): nothing to ask for.
+    ({"verbosity": "medium", "prediction": {"type": "content", "content": "x"}}, {}),
     # Not OpenAI's: Anthropic's own, as it came.
     ({"top_k": 5}, {"top_k": 5}),
     ({"system": "native"}, {"system": "native"}),
@@ -443,9 +445,8 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "unsupported_parameter"),
     ({"web_search_options": {}}, "web_search_options", "unsupported_parameter"),
     ({"verbosity": "low"}, "verbosity", "unsupported_parameter"),
+    ({"service_tier": {"tier": "auto"}}, "service_tier", "invalid_value"),
     # Refused by every native API alike: OpenAI's own features, whatever their value.
-    ({"verbosity": "medium"}, "verbosity", "unsupported_parameter"),
-    ({"prediction": {"type": "content", "content": "x"}}, "prediction", "unsupported_parameter"),
     ({"moderation": {}}, "moderation", "unsupported_parameter"),
     ({"functions": [{"name": "f"}]}, "functions", "unsupported_parameter"),
     ({"function_call": "auto"}, "function_call", "unsupported_parameter"),

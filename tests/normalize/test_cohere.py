@@ -246,7 +246,6 @@ REFUSED = [
     ({"audio": {"voice": "alloy", "format": "mp3"}}, "audio", "unsupported_parameter"),
     ({"functions": [{"name": "f"}]}, "functions", "unsupported_parameter"),
     ({"function_call": "auto"}, "function_call", "unsupported_parameter"),
-    ({"prediction": {"type": "content", "content": "x"}}, "prediction", "unsupported_parameter"),
     ({"web_search_options": {}}, "web_search_options", "unsupported_parameter"),
     ({"verbosity": "low"}, "verbosity", "unsupported_parameter"),
     ({"moderation": {"model": "omni-moderation-latest"}}, "moderation", "unsupported_parameter"),

@@ -245,7 +245,6 @@ REFUSED: list[tuple[Endpoint, dict[str, Any], str, str]] = [
     ("chat", {"audio": {"voice": "alloy"}}, "audio", "unsupported_parameter"),
     ("chat", {"functions": [{"name": "f"}]}, "functions", "unsupported_parameter"),
     ("chat", {"function_call": "none"}, "function_call", "unsupported_parameter"),
-    ("chat", {"prediction": {"type": "content"}}, "prediction", "unsupported_parameter"),
     ("chat", {"web_search_options": {}}, "web_search_options", "unsupported_parameter"),
     ("chat", {"verbosity": "high"}, "verbosity", "unsupported_parameter"),
     ("chat", {"moderation": {"model": "m"}}, "moderation", "unsupported_parameter"),

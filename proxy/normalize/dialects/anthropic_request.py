@@ -91,7 +91,7 @@ def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, 
         out["metadata"] = {"user_id": user}
     tier = body.get("service_tier")
     if tier is not None:
-        if tier not in _SERVICE_TIERS:
+        if not isinstance(tier, str) or tier not in _SERVICE_TIERS:
             raise invalid(
                 "service_tier", f"{tier!r} has no counterpart at Anthropic (auto, default do)"
             )

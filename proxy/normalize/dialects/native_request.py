@@ -36,18 +36,20 @@ COMPLETION_FIELDS: Final = frozenset({
 # OpenAI fields that say nothing about the answer's text (who asks, what OpenAI stores or
 # bills, how its cache is keyed; usage always comes from a native API): dropped.
 NEUTRAL: Final = frozenset({
-    "metadata", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention",
-    "safety_identifier", "service_tier", "store", "stream_options", "user",
+    "metadata", "prediction", "prompt_cache_key", "prompt_cache_options",
+    "prompt_cache_retention", "safety_identifier", "service_tier", "store", "stream_options",
+    "user",
 })  # fmt: skip
 # OpenAI's features that no native API here is given: every dialect refuses them when set.
 OPENAI_ONLY: Final = (
-    "modalities", "audio", "functions", "function_call", "prediction", "web_search_options",
-    "verbosity", "moderation",
+    "modalities", "audio", "functions", "function_call", "web_search_options", "verbosity",
+    "moderation",
 )  # fmt: skip
 # Values that ask for nothing beyond a native API's own behaviour.
 _NO_EFFECT: Final[Mapping[str, tuple[object, ...]]] = {
     "n": (1,),
     "best_of": (1,),
+    "verbosity": ("medium",),  # OpenAI's default, which some clients always send
     "logprobs": (False,),
     "echo": (False,),
     "logit_bias": ({},),
