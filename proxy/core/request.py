@@ -193,9 +193,7 @@ def _embeddings_request(body: dict[str, Any], model: str) -> ClientRequest:
     _optional_int(body, "dimensions", 1)
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise _wrong_type("user", "a string")
-    return ClientRequest(
-        "embeddings", body, model, False, False, None, 1, value, encoding=encoding
-    )
+    return ClientRequest("embeddings", body, model, False, False, None, 1, value, encoding=encoding)
 
 
 def _check_input(value: object) -> None:

@@ -15,6 +15,7 @@ from proxy.core.config import APIS
 from proxy.core.fixes import FIXES
 from proxy.core.request import Endpoint
 from proxy.normalize.dialects import DIALECTS
+from proxy.normalize.embeddings import normalize_embeddings
 from proxy.normalize.fields import RequestContext
 from proxy.normalize.response import Normalized, normalize_response
 from proxy.normalize.stream import StreamNormalizer
@@ -28,6 +29,7 @@ __all__ = [
     "Normalized",
     "RequestContext",
     "StreamNormalizer",
+    "normalize_embeddings",
     "normalize_response",
 ]
 
@@ -40,7 +42,14 @@ class ApiFamily:
     response: Callable[[bytes, RequestContext], Normalized]
 
 
-_TOLERANT: Final = ApiFamily(StreamNormalizer, normalize_response)
+def normalize_whole(raw: bytes, ctx: RequestContext) -> Normalized:
+    """A whole answer, by the endpoint it answers: embeddings are not completions."""
+    if ctx.endpoint == "embeddings":
+        return normalize_embeddings(raw, ctx)
+    return normalize_response(raw, ctx)
+
+
+_TOLERANT: Final = ApiFamily(StreamNormalizer, normalize_whole)
 # A native API's dialect hands the tolerant normalizer OpenAI-shaped chunks and bodies, so every
 # family is the same normalizer today; the key is the provider's ``api``.
 API_FAMILIES: Final = dict.fromkeys(APIS, _TOLERANT)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from proxy.normalize.dialects import cohere_embed
 from proxy.normalize.dialects.cohere_request import build_request
 from proxy.normalize.dialects.dialect import Dialect, stateless
 from proxy.normalize.fields import RequestContext
@@ -133,9 +134,11 @@ def adapt_response(body: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
 
 DIALECT: Final = Dialect(
     "cohere",
-    paths={"chat": "/v2/chat"},
+    paths={"chat": "/v2/chat", "embeddings": cohere_embed.PATH},
     adapter=stateless(adapt_event),
     adapt_response=adapt_response,
     request=build_request,
+    embed_request=cohere_embed.build_embed_request,
+    adapt_embeddings=cohere_embed.adapt_embeddings,
     native=True,
 )

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from proxy.core.errors import UpstreamProtocolError
+from proxy.normalize.dialects import gemini_embed
 from proxy.normalize.dialects.dialect import Dialect
 from proxy.normalize.dialects.gemini_calls import Candidate, Unreadable
 from proxy.normalize.dialects.gemini_request import build_request
@@ -285,12 +286,14 @@ def adapt_response(body: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
 
 DIALECT: Final = Dialect(
     "gemini",
-    paths={"chat": "/v1beta/models/{model}:generateContent"},
+    paths={"chat": "/v1beta/models/{model}:generateContent", "embeddings": gemini_embed.PATH},
     # alt=sse: events, not the JSON array Gemini streams otherwise (which is read all the same).
     stream_paths={"chat": "/v1beta/models/{model}:streamGenerateContent?alt=sse"},
     adapter=_StreamAdapter,
     adapt_response=adapt_response,
     request=build_request,
+    embed_request=gemini_embed.build_embed_request,
+    adapt_embeddings=gemini_embed.adapt_embeddings,
     auth=_auth,
     json_array_stream=True,
     native=True,

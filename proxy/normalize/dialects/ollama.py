@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import orjson
 
+from proxy.normalize.dialects import ollama_embed
 from proxy.normalize.dialects.dialect import Dialect, EventAdapter
 from proxy.normalize.dialects.ollama_request import build_request
 from proxy.normalize.fields import RequestContext
@@ -179,9 +180,11 @@ def adapt_response(body: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
 
 DIALECT: Final = Dialect(
     "ollama",
-    paths={"chat": "/api/chat", "completions": "/api/generate"},
+    paths={"chat": "/api/chat", "completions": "/api/generate", "embeddings": ollama_embed.PATH},
     adapter=adapter,
     adapt_response=adapt_response,
     request=build_request,
+    embed_request=ollama_embed.build_embed_request,
+    adapt_embeddings=ollama_embed.adapt_embeddings,
     native=True,
 )
