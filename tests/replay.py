@@ -23,6 +23,8 @@ HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "providers"
 # Our own fixtures, one class of upstream behaviour each (tests/fixtures/contract/README.md).
 CONTRACT = HERE / "fixtures" / "contract"
+# Our own embeddings answers (tests/fixtures/embeddings/README.md): not chat, so no goldens.
+EMBEDDINGS = HERE / "fixtures" / "embeddings"
 GOLDEN = HERE / "golden"
 
 CLIENT_MODEL = "client-model"
@@ -102,10 +104,10 @@ def goldens() -> list[Golden]:
 
 
 def recordings(into: Path) -> Path:
-    """``into``, holding every fixture of both folders (as links), for the emulator to serve:
-    it serves one folder, and picks a recording by its file name."""
+    """``into``, holding every fixture of the three folders (as links), for the emulator to
+    serve: it serves one folder, and picks a recording by its file name."""
     into.mkdir(parents=True, exist_ok=True)
-    for folder in (FIXTURES, CONTRACT):
+    for folder in (FIXTURES, CONTRACT, EMBEDDINGS):
         for path in folder.iterdir():
             if path.is_file() and path.suffix != ".md":
                 (into / path.name).symlink_to(path)

@@ -30,6 +30,9 @@ from proxy.emulator.recording import (
 from proxy.emulator.server import EMULATOR, REQUEST_LOG_SIZE
 
 CATALOGUE = Path(__file__).parent / "fixtures" / "providers"
+EMBEDDINGS = Path(__file__).parent / "fixtures" / "embeddings"
+# Packaged files that are ours, not the catalogue's, and the fixture each is a copy of.
+OWN = {"openai.embeddings.json": EMBEDDINGS / "contract.openai.embeddings.json"}
 PACKAGED = (
     "anthropic.messages.json",
     "anthropic.messages.stream.sse",
@@ -59,6 +62,7 @@ PACKAGED = (
     "openai.chat.stream.tool-calls.sse",
     "openai.completions.json",
     "openai.completions.stream.sse",
+    "openai.embeddings.json",
     "tgi.generate-stream.sse",
 )
 CRLF_STREAM = (
@@ -231,9 +235,10 @@ def test_packaged_recordings_are_the_listed_ones() -> None:
 
 @pytest.mark.parametrize("name", PACKAGED)
 def test_packaged_recording_is_a_copy_of_the_catalogue(name: str) -> None:
-    if not (CATALOGUE / name).exists():
-        pytest.skip(f"{CATALOGUE / name} is not there to compare with")
-    assert packaged(name) == (CATALOGUE / name).read_bytes()
+    source = OWN.get(name, CATALOGUE / name)
+    if not source.exists():
+        pytest.skip(f"{source} is not there to compare with")
+    assert packaged(name) == source.read_bytes()
 
 
 @pytest.mark.parametrize("name", PACKAGED)
@@ -361,6 +366,93 @@ async def test_ollama_generate_and_tgi_generate_find_their_recordings(
     assert (status, got) == (200, served)
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "name"),
+    [
+        ("/v1/embeddings", {"model": "m", "input": "Hi"}, "m.embeddings.json"),
+        # Never streamed, whatever the body says.
+        (
+            "/openai/v1/embeddings",
+            {"model": "m", "input": "Hi", "stream": True},
+            "m.embeddings.json",
+        ),
+        (
+            "/v1beta/models/m:batchEmbedContents",
+            {"requests": [{"model": "models/m", "content": {"parts": [{"text": "Hi"}]}}]},
+            "m.batch-embed-contents.json",
+        ),
+        (
+            "/v2/embed",
+            {"model": "m", "texts": ["Hi"], "input_type": "search_document"},
+            "m.embed.json",
+        ),
+        ("/api/embed", {"model": "m", "input": ["Hi"]}, "m.api-embed.json"),
+    ],
+)
+async def test_embeddings_endpoints_find_their_recordings(
+    session: aiohttp.ClientSession,
+    aiohttp_server: AiohttpServer,
+    tmp_path: Path,
+    path: str,
+    body: dict[str, Any],
+    name: str,
+) -> None:
+    for each in ("embeddings", "batch-embed-contents", "embed", "api-embed"):
+        (tmp_path / f"m.{each}.json").write_bytes(orjson.dumps({"file": each}))
+    server = await aiohttp_server(build_emulator_app(tmp_path))
+    status, headers, got = await post(session, server, path, body)
+    assert (status, got) == (200, (tmp_path / name).read_bytes())
+    assert headers["Content-Type"] == "application/json"
+    async with session.get(server.make_url("/_emulator/requests")) as resp:
+        log = await resp.json()
+    assert [(entry["path"], entry["json"]) for entry in log] == [(path.split("?")[0], body)]
+
+
+async def test_packaged_embeddings_answer_the_demo(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    body = {"model": "openai", "input": "Hi", "encoding_format": "base64"}
+    status, _, got = await post(session, emulator, "/v1/embeddings", body)
+    assert (status, got) == (200, packaged("openai.embeddings.json"))
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        (
+            "/v2/embed",
+            {"model": "m@status=429", "texts": ["Hi"]},
+            {"message": "emulated fault: status 429"},
+        ),
+        (
+            "/api/embed",
+            {"model": "m@status=429", "input": ["Hi"]},
+            {"error": "emulated fault: status 429"},
+        ),
+        (
+            "/v1beta/models/m@status=429:batchEmbedContents",
+            {"requests": []},
+            {
+                "error": {
+                    "code": 429,
+                    "message": "emulated fault: status 429",
+                    "status": "RESOURCE_EXHAUSTED",
+                }
+            },
+        ),
+    ],
+)
+async def test_native_embeddings_faults_in_the_providers_envelope(
+    session: aiohttp.ClientSession,
+    emulator: TestServer,
+    path: str,
+    body: dict[str, Any],
+    error: dict[str, Any],
+) -> None:
+    status, _, got = await post(session, emulator, path, body)
+    assert (status, orjson.loads(got)) == (429, error)
+
+
 async def test_exact_name_comes_before_the_endpoint_pattern(
     session: aiohttp.ClientSession, aiohttp_server: AiohttpServer, recordings: Path
 ) -> None:
@@ -441,7 +533,7 @@ async def test_bad_body_is_400(
 
 
 async def test_unknown_path_is_404(session: aiohttp.ClientSession, emulator: TestServer) -> None:
-    status, _, body = await post(session, emulator, "/v1/embeddings", {"model": "openai"})
+    status, _, body = await post(session, emulator, "/v1/moderations", {"model": "openai"})
     assert status == 404
     assert orjson.loads(body)["error"]["code"] == "unknown_url"
 
@@ -1284,7 +1376,7 @@ async def test_route_faults_on_native_endpoints(
     assert (status, served) == (200, packaged("ollama.api-chat.stream.ndjson"))
 
 
-@pytest.mark.parametrize("faults", [{"embeddings": "hang"}, {"chat": "explode"}])
+@pytest.mark.parametrize("faults", [{"moderations": "hang"}, {"chat": "explode"}])
 def test_route_faults_are_checked(faults: dict[str, str]) -> None:
     with pytest.raises(ValueError):
         build_emulator_app(faults=faults)

@@ -43,6 +43,8 @@ class Endpoint:
 ENDPOINTS: Final = (
     Endpoint("POST", "/chat/completions", "chat"),
     Endpoint("POST", "/completions", "completions"),
+    # Embeddings never stream: a recording is <model>.<endpoint>.json.
+    Endpoint("POST", "/embeddings", "embeddings", streams="never"),
     # Maritaca's legacy API is mounted at /api, so its path is /api/chat/inference.
     Endpoint("POST", "/chat/inference", "chat-inference", dialect="maritaca"),
     Endpoint("POST", "/v1/messages", "messages", dialect="anthropic"),
@@ -64,9 +66,19 @@ ENDPOINTS: Final = (
         stream_ending=".stream.json-array.json",
         alt_sse_ending=".stream.sse",
     ),
+    Endpoint(
+        "POST",
+        ":batchEmbedContents",
+        "batch-embed-contents",
+        dialect="gemini",
+        model_in_path=True,
+        streams="never",
+    ),
     # Cohere's v2 chat shares OpenAI's endpoint name: the model name keeps their recordings
     # apart (cohere.chat.json).
     Endpoint("POST", "/v2/chat", "chat", dialect="cohere"),
+    Endpoint("POST", "/v2/embed", "embed", dialect="cohere", streams="never"),
+    Endpoint("POST", "/api/embed", "api-embed", dialect="ollama", streams="never"),
     Endpoint(
         "POST",
         "/api/chat",

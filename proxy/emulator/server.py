@@ -2,12 +2,15 @@
 
     request                                         answer: the model's recording, or its fault
     POST .../chat/completions, .../completions      OpenAI's ``chat`` and ``completions``
+    POST .../embeddings                             OpenAI's ``embeddings``
     POST .../api/chat/inference                     Maritaca's ``chat-inference``
     POST .../v1/messages                            Anthropic's ``messages``
     POST .../models/{model}:generateContent         Gemini's ``generate-content``; streamed
     POST .../models/{model}:streamGenerateContent   (SSE with ``alt=sse``, else a JSON array)
-    POST .../v2/chat                                Cohere's ``chat``
+    POST .../models/{model}:batchEmbedContents      Gemini's ``batch-embed-contents``
+    POST .../v2/chat, .../v2/embed                  Cohere's ``chat`` and ``embed``
     POST .../api/chat, .../api/generate             Ollama's ``api-chat`` and ``api-generate``
+    POST .../api/embed                              Ollama's ``api-embed``
     POST .../{model}/generate_stream, /generate     TGI's ``generate-stream`` and ``generate``
     GET  .../models                                 every model a request can ask for
     GET  /_emulator/requests                        the requests received, newest last (1000)
