@@ -1,0 +1,246 @@
+"""A Responses API request made the chat completions request that answers it (sans-IO).
+
+The proxy keeps no responses, conversations or prompts: whatever needs one is refused with a
+400 that says so (``refuse_stateful``), and ``store`` is accepted without effect. Clients that
+send the whole transcript every turn (Codex, the Agents SDK with ``store: false``) need
+nothing else. Fields that are not the Responses API's pass on to the chat request unchanged, as
+they would for a chat client (CANONICAL.md section 5).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from proxy.core.errors import InvalidRequest
+from proxy.normalize.responses import params
+from proxy.normalize.responses.echo import Echo
+from proxy.normalize.responses.messages import chat_messages
+from proxy.normalize.responses.params import unsupported, wrong_type
+from proxy.normalize.responses.tools import chat_tool_choice, chat_tools
+
+# CreateResponse's properties: these are translated, echoed, accepted without effect or
+# refused here, never passed on as they are.
+_RESPONSES_FIELDS: Final = frozenset(
+    {
+        "background",
+        "context_management",
+        "conversation",
+        "include",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "max_tool_calls",
+        "metadata",
+        "model",
+        "moderation",
+        "parallel_tool_calls",
+        "previous_response_id",
+        "prompt",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning",
+        "safety_identifier",
+        "service_tier",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "text",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "truncation",
+        "user",
+    }
+)
+_STATELESS: Final = "the proxy keeps no responses (it is stateless)"
+_WHOLE_INPUT: Final = "Send the whole conversation as input instead, as store: false clients do."
+# What the proxy cannot serve, with why: each needs something OpenAI keeps or runs itself.
+_UNSERVED: Final = {
+    "prompt": "prompt (a stored prompt template) cannot be used: the proxy has no stored "
+    "prompts. Send the instructions and input themselves.",
+    "context_management": "context_management cannot be used: the proxy does not compact "
+    "conversations. Send the input you want the model to see.",
+    "moderation": "moderation cannot be used: the proxy runs no moderation model.",
+}
+_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+_SUMMARIES: Final = ("auto", "concise", "detailed")
+_TIERS: Final = ("auto", "default", "flex", "scale", "priority", "fast", "ultrafast")
+
+
+def refuse_stateful(body: dict[str, Any]) -> None:
+    """Raise ``InvalidRequest`` for what needs a response or conversation stored."""
+    if body.get("previous_response_id") is not None:
+        raise unsupported(
+            "previous_response_id",
+            f"previous_response_id cannot be used: {_STATELESS}. {_WHOLE_INPUT}",
+        )
+    if body.get("conversation") is not None:
+        raise unsupported(
+            "conversation",
+            f"conversation cannot be used: the proxy keeps no conversations (it is stateless). "
+            f"{_WHOLE_INPUT}",
+        )
+    if params.flag(body.get("background"), "background"):
+        raise unsupported(
+            "background",
+            f"background: true cannot be used: {_STATELESS}, so none could be polled. "
+            "Stream the response instead (stream: true).",
+        )
+
+
+def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
+    """The chat completions request for the Responses request ``body``, and what its Response
+    echoes; ``InvalidRequest`` (naming the parameter) for what is wrong or cannot be served."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
+    refuse_stateful(body)
+    for field, message in _UNSERVED.items():
+        if body.get(field) is not None:
+            raise unsupported(field, message)
+    _refuse_logprobs(body)
+
+    model = params.text(body.get("model"), "model", required=True)
+    if not model:
+        raise wrong_type("model", "a non-empty string")
+    instructions = params.text(body.get("instructions"), "instructions")
+    messages = chat_messages(instructions, body.get("input"))
+    if not messages:
+        raise params.missing("input")
+    chat: dict[str, Any] = {k: v for k, v in body.items() if k not in _RESPONSES_FIELDS}
+    chat["model"] = model
+    chat["messages"] = messages
+
+    tools, echo_tools = chat_tools(body.get("tools"))
+    choice, echo_choice = chat_tool_choice(body.get("tool_choice"))
+    parallel = params.flag(body.get("parallel_tool_calls"), "parallel_tool_calls")
+    if tools:
+        # Chat refuses tool_choice and parallel_tool_calls without tools (OpenAI's 400);
+        # Codex sends them on every request.
+        chat["tools"] = tools
+        if choice is not None:
+            chat["tool_choice"] = choice
+        if parallel is not None:
+            chat["parallel_tool_calls"] = parallel
+
+    text = params.mapping(body.get("text"), "text") or {}
+    text_format, response_format = _format(text.get("format"))
+    if response_format is not None:
+        chat["response_format"] = response_format
+    verbosity = params.choice(text.get("verbosity"), "text.verbosity", ("low", "medium", "high"))
+    reasoning = params.mapping(body.get("reasoning"), "reasoning") or {}
+    effort = params.choice(reasoning.get("effort"), "reasoning.effort", _EFFORTS)
+    summary = params.choice(reasoning.get("summary"), "reasoning.summary", _SUMMARIES)
+    if summary is None:
+        summary = params.choice(
+            reasoning.get("generate_summary"), "reasoning.generate_summary", _SUMMARIES
+        )
+    temperature = params.number(body.get("temperature"), "temperature", 0, 2)
+    top_p = params.number(body.get("top_p"), "top_p", 0, 1)
+    max_output = params.integer(body.get("max_output_tokens"), "max_output_tokens", 1)
+    tier = params.choice(body.get("service_tier"), "service_tier", _TIERS)
+    user = params.text(body.get("user"), "user")
+    safety = params.text(body.get("safety_identifier"), "safety_identifier")
+    cache_key = params.text(body.get("prompt_cache_key"), "prompt_cache_key")
+    retention = params.choice(
+        body.get("prompt_cache_retention"), "prompt_cache_retention", ("in_memory", "24h")
+    )
+    upstream = {
+        "verbosity": verbosity,
+        "reasoning_effort": effort,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_completion_tokens": max_output,
+        "service_tier": tier,
+        "user": user,
+        "safety_identifier": safety,
+        "prompt_cache_key": cache_key,
+        "prompt_cache_retention": retention,
+    }
+    chat.update((key, value) for key, value in upstream.items() if value is not None)
+    if params.flag(body.get("stream"), "stream"):
+        chat["stream"] = True
+        # The Response's usage needs the counts, whatever the client asked of its stream.
+        chat["stream_options"] = {"include_usage": True}
+    params.mapping(body.get("stream_options"), "stream_options")  # only include_obfuscation
+    params.mapping(body.get("prompt_cache_options"), "prompt_cache_options")  # a cache hint
+
+    echo = Echo(
+        instructions=instructions,
+        tools=echo_tools,
+        tool_choice=echo_choice,
+        parallel_tool_calls=True if parallel is None else parallel,
+        text_format=text_format,
+        verbosity=verbosity or "medium",
+        reasoning_effort=effort,
+        reasoning_summary=summary,
+        temperature=1.0 if temperature is None else temperature,
+        top_p=1.0 if top_p is None else top_p,
+        max_output_tokens=max_output,
+        max_tool_calls=params.integer(body.get("max_tool_calls"), "max_tool_calls", 0),
+        metadata=_metadata(body.get("metadata")),
+        store=params.flag(body.get("store"), "store") is not False,
+        truncation=params.choice(body.get("truncation"), "truncation", ("auto", "disabled"))
+        or "disabled",
+        user=user,
+        safety_identifier=safety,
+        prompt_cache_key=cache_key,
+        prompt_cache_retention=retention,
+        service_tier=tier,
+    )
+    return chat, echo
+
+
+def _refuse_logprobs(body: dict[str, Any]) -> None:
+    # Chat logprobs are not translated into output_text.logprobs: asking for them is refused
+    # rather than answered with none.
+    if params.integer(body.get("top_logprobs"), "top_logprobs", 0):
+        raise unsupported("top_logprobs", "top_logprobs is not available through the proxy")
+    include = params.array(body.get("include"), "include") or []
+    for i, value in enumerate(include):
+        if not isinstance(value, str):
+            raise wrong_type(f"include[{i}]", "a string")
+        if value == "message.output_text.logprobs":
+            raise unsupported(
+                f"include[{i}]", "message.output_text.logprobs is not available through the proxy"
+            )
+
+
+def _format(value: object) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The Response's ``text.format`` and the chat ``response_format`` (None for plain text)."""
+    if value is None:
+        return {"type": "text"}, None
+    if not isinstance(value, dict):
+        raise wrong_type("text.format", "an object")
+    kind = value.get("type")
+    if kind == "text":
+        return {"type": "text"}, None
+    if kind == "json_object":
+        return {"type": "json_object"}, {"type": "json_object"}
+    if kind != "json_schema":
+        raise params.invalid_value(
+            "text.format.type", "must be 'text', 'json_schema' or 'json_object'"
+        )
+    name = params.text(value.get("name"), "text.format.name", required=True)
+    schema = params.mapping(value.get("schema"), "text.format.schema")
+    if schema is None:
+        raise params.missing("text.format.schema")
+    shown: dict[str, Any] = {"type": "json_schema", "name": name, "schema": schema}
+    description = params.text(value.get("description"), "text.format.description")
+    strict = params.flag(value.get("strict"), "text.format.strict")
+    if description is not None:
+        shown["description"] = description
+    if strict is not None:
+        shown["strict"] = strict
+    inner = {key: item for key, item in shown.items() if key != "type"}
+    return shown, {"type": "json_schema", "json_schema": inner}
+
+
+def _metadata(value: object) -> dict[str, str]:
+    found = params.mapping(value, "metadata") or {}
+    for key, item in found.items():
+        if not isinstance(item, str):
+            raise wrong_type(f"metadata.{key}", "a string")
+    return dict(found)
