@@ -92,11 +92,8 @@ def _check_integers(raw: bytes) -> None:
         ) from None
 
 
-def parse_request(raw: bytes, endpoint: Endpoint, *, model: str | None = None) -> ClientRequest:
-    """The validated request, or ``InvalidRequest`` naming the offending parameter.
-
-    ``model``: the model the request's URL names (Azure's deployment paths), which wins over
-    the body's and makes it optional there."""
+def read_object(raw: bytes) -> dict[str, Any]:
+    """A request body: one JSON object whose integers are all kept exact, or InvalidRequest."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -107,6 +104,15 @@ def parse_request(raw: bytes, endpoint: Endpoint, *, model: str | None = None) -
         raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
     if _LONG_DIGITS in raw.translate(_DIGITS_AS_NINES):
         _check_integers(raw)
+    return body
+
+
+def parse_request(raw: bytes, endpoint: Endpoint, *, model: str | None = None) -> ClientRequest:
+    """The validated request, or ``InvalidRequest`` naming the offending parameter.
+
+    ``model``: the model the request's URL names (Azure's deployment paths), which wins over
+    the body's and makes it optional there."""
+    body = read_object(raw)
 
     if model is not None:
         body["model"] = model

@@ -56,6 +56,7 @@ _API: Final[Mapping[str, tuple[str, ApiEndpoint]]] = {
     "/v1/chat/completions": ("POST", "chat"),
     "/v1/completions": ("POST", "completions"),
     "/v1/embeddings": ("POST", "embeddings"),
+    "/v1/responses": ("POST", "responses"),
     "/v1/models": ("GET", "models"),
 }
 _MODEL_PREFIX: Final = "/v1/models/"  # GET /v1/models/{model}, as client.models.retrieve calls

@@ -44,6 +44,9 @@ from proxy.http.reply import JsonReply
 from proxy.http.state import Runtime, State
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
+from proxy.normalize.present import Presenter
+from proxy.normalize.responses.call import ResponsesCall, passthrough_body, responses_request
+from proxy.normalize.responses.present import PASSTHROUGH, ResponsesPresenter
 
 log = logging.getLogger("proxy.routing")
 
@@ -132,7 +135,11 @@ async def handle_completion(
     team = runtime.keyring.identify(authorization(request, azure=azure_deployment is not None))
     exchange.team = team.name
     raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
-    client_request = parse_request(raw, endpoint, model=azure_deployment)
+    responses: ResponsesCall | None = None
+    if endpoint == "responses":
+        client_request, responses = responses_request(raw)
+    else:
+        client_request = parse_request(raw, endpoint, model=azure_deployment)
     exchange.stream = client_request.stream
     model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name
@@ -150,7 +157,15 @@ async def handle_completion(
         exchange.provider = provider.name
         try:
             response = await _attempt(
-                request, state, runtime, exchange, model, provider, deployment, client_request
+                request,
+                state,
+                runtime,
+                exchange,
+                model,
+                provider,
+                deployment,
+                client_request,
+                responses,
             )
         except ProxyError as exc:
             # Whatever the upstream said, before it is logged or answered (docs/security.md).
@@ -219,14 +234,20 @@ async def _attempt(
     provider: Provider,
     deployment: Deployment,
     client_request: ClientRequest,
+    responses: ResponsesCall | None,
 ) -> web.StreamResponse:
-    """One try at one deployment: send, wait for the answer's headers, relay it."""
-    endpoint = client_request.endpoint
+    """One try at one deployment: send, wait for the answer's headers, relay it.
+
+    ``responses``: a Responses API request, made the chat request ``client_request``; passed
+    through as it came to a provider that serves the Responses API itself."""
+    passthrough = responses is not None and provider.responses
+    endpoint: Endpoint = "responses" if passthrough else client_request.endpoint
     target = runtime.targets[provider.name]
     destination = target.destination(endpoint, deployment.model)
     if destination is None:
+        asked = "/v1/responses" if responses is not None else _PATHS[endpoint]
         raise InvalidRequest(
-            f"The model '{model.name}' does not serve {_PATHS[endpoint]}",
+            f"The model '{model.name}' does not serve {asked}",
             param="model",
             code="unsupported_endpoint",
         )
@@ -245,7 +266,22 @@ async def _attempt(
         encoding=client_request.encoding,
     )
     dialect = DIALECTS[provider.dialect]
-    if (dialect.embed_request if endpoint == "embeddings" else dialect.request) is None:
+    family = API_FAMILIES[provider.api]
+    presenter: Presenter | None = None
+    if responses is not None:
+        if passthrough:
+            family = PASSTHROUGH
+        else:
+            presenter = ResponsesPresenter(
+                responses.echo,
+                response_id=responses.response_id,
+                created=responses.created,
+                model=client_request.model,
+            )
+    if passthrough:
+        assert responses is not None
+        body = passthrough_body(responses.body, deployment.model)
+    elif (dialect.embed_request if endpoint == "embeddings" else dialect.request) is None:
         # The client's body, as it came but for the model.
         body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     else:
@@ -277,13 +313,12 @@ async def _attempt(
             raise error from None
         finally:
             exchange.upstream_wait += perf_counter() - waited
-        family = API_FAMILIES[provider.api]
         if not client_request.stream:
-            whole = whole_arrived(response, family, ctx, exchange)
+            whole = whole_arrived(response, family, ctx, exchange, presenter)
             if whole is not None:
                 return whole
         assert state.relays is not None
-        answer = Answer(response, family, ctx, timeouts, deadline, timer, state.relays)
+        answer = Answer(response, family, ctx, timeouts, deadline, timer, state.relays, presenter)
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id}
             return await relay_stream(request, answer, exchange, headers, state.observers)

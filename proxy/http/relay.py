@@ -49,9 +49,9 @@ from proxy.http.upstream import (
     upstream_error_for,
 )
 from proxy.normalize import ApiFamily, RequestContext
-from proxy.normalize.present import EventStream, Presenter
 from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.normalize.dialects import DIALECTS
+from proxy.normalize.present import EventStream, Presenter
 
 T = TypeVar("T")
 
@@ -140,6 +140,9 @@ async def relay_whole(answer: Answer, exchange: Exchange, *, present: bool = Tru
     presenter = answer.presenter if present else None
     decoder = answer.decoder(stream=False)
     if decoder is not None:
+        if not answer.family.chat:
+            answer.response.close()
+            raise UpstreamProtocolError("The upstream streamed an answer asked for whole")
         return await _stream_as_whole(answer, exchange, decoder, presenter)
     raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
     return _normalized(raw, answer.family, answer.ctx, exchange, presenter)
@@ -602,7 +605,8 @@ async def _whole_as_stream(
 ) -> web.StreamResponse:
     """A stream was asked for but the upstream answered with one JSON body: stream that."""
     content_type = answer.response.content_type
-    if content_type != "application/json":
+    if content_type != "application/json" or not answer.family.chat:
+        # Only a chat or completions answer can be told as a stream by the proxy.
         answer.response.close()
         raise UpstreamProtocolError(
             f"The upstream answered a stream request with content type '{content_type}'"

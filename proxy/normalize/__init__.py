@@ -17,6 +17,7 @@ from proxy.core.request import Endpoint
 from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.embeddings import normalize_embeddings
 from proxy.normalize.fields import RequestContext
+from proxy.normalize.present import EventStream
 from proxy.normalize.response import Normalized, normalize_response
 from proxy.normalize.stream import StreamNormalizer
 
@@ -38,8 +39,11 @@ __all__ = [
 class ApiFamily:
     """How to talk to one family of upstream APIs."""
 
-    stream: Callable[[RequestContext], StreamNormalizer]
+    stream: Callable[[RequestContext], EventStream]
     response: Callable[[bytes, RequestContext], Normalized]
+    # Its answers are chat or completions ones (what the relay can collect from a stream, or
+    # stream from a whole answer), not another API's (a provider's own Responses API).
+    chat: bool = True
 
 
 def normalize_whole(raw: bytes, ctx: RequestContext) -> Normalized:

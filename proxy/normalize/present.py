@@ -13,7 +13,6 @@ from typing import Protocol
 from proxy.core.errors import ProxyError
 from proxy.core.sse import Event
 from proxy.core.usage import Usage
-from proxy.normalize.stream import StreamNormalizer
 
 __all__ = ["EventStream", "Presenter"]
 
@@ -21,9 +20,14 @@ __all__ = ["EventStream", "Presenter"]
 class EventStream(Protocol):
     """What the relay drives: a ``StreamNormalizer``, or a presenter's stream around one."""
 
-    ended: bool
-    error: ProxyError | None
-    fixes: set[str]
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def error(self) -> ProxyError | None: ...
+
+    @property
+    def fixes(self) -> set[str]: ...
 
     @property
     def usage(self) -> Usage: ...
@@ -40,7 +44,7 @@ class Presenter(Protocol):
         """The client's body for a canonical chat completion's ``body``."""
         ...
 
-    def stream(self, inner: StreamNormalizer) -> EventStream:
+    def stream(self, inner: EventStream) -> EventStream:
         """The client's stream around the canonical chat stream ``inner`` makes."""
         ...
 
