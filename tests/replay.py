@@ -25,6 +25,8 @@ FIXTURES = HERE / "fixtures" / "providers"
 CONTRACT = HERE / "fixtures" / "contract"
 # Our own embeddings answers (tests/fixtures/embeddings/README.md): not chat, so no goldens.
 EMBEDDINGS = HERE / "fixtures" / "embeddings"
+# Our own Responses API answers (tests/fixtures/responses/README.md), for the pass-through.
+RESPONSES = HERE / "fixtures" / "responses"
 GOLDEN = HERE / "golden"
 
 CLIENT_MODEL = "client-model"
@@ -104,10 +106,10 @@ def goldens() -> list[Golden]:
 
 
 def recordings(into: Path) -> Path:
-    """``into``, holding every fixture of the three folders (as links), for the emulator to
+    """``into``, holding every fixture of the four folders (as links), for the emulator to
     serve: it serves one folder, and picks a recording by its file name."""
     into.mkdir(parents=True, exist_ok=True)
-    for folder in (FIXTURES, CONTRACT, EMBEDDINGS):
+    for folder in (FIXTURES, CONTRACT, EMBEDDINGS, RESPONSES):
         for path in folder.iterdir():
             if path.is_file() and path.suffix != ".md":
                 (into / path.name).symlink_to(path)

@@ -28,11 +28,17 @@ from proxy.emulator.recording import (
     split_lines,
 )
 from proxy.emulator.server import EMULATOR, REQUEST_LOG_SIZE
+from tests.schema import validate
 
 CATALOGUE = Path(__file__).parent / "fixtures" / "providers"
 EMBEDDINGS = Path(__file__).parent / "fixtures" / "embeddings"
+RESPONSES = Path(__file__).parent / "fixtures" / "responses"
 # Packaged files that are ours, not the catalogue's, and the fixture each is a copy of.
-OWN = {"openai.embeddings.json": EMBEDDINGS / "contract.openai.embeddings.json"}
+OWN = {
+    "openai.embeddings.json": EMBEDDINGS / "contract.openai.embeddings.json",
+    "openai.responses.json": RESPONSES / "contract.openai.responses.json",
+    "openai.responses.stream.sse": RESPONSES / "contract.openai.responses.stream.sse",
+}
 PACKAGED = (
     "anthropic.messages.json",
     "anthropic.messages.stream.sse",
@@ -63,6 +69,8 @@ PACKAGED = (
     "openai.completions.json",
     "openai.completions.stream.sse",
     "openai.embeddings.json",
+    "openai.responses.json",
+    "openai.responses.stream.sse",
     "tgi.generate-stream.sse",
 )
 CRLF_STREAM = (
@@ -285,6 +293,18 @@ async def test_each_packaged_recording_is_served_by_name(
         ),
         # Only true streams: a truthy non-boolean is not a stream request.
         ("/v1/chat/completions", {"model": "openai", "stream": "yes"}, "openai.chat.json"),
+        ("/v1/responses", {"model": "openai", "input": "Hi"}, "openai.responses.json"),
+        (
+            "/v1/responses",
+            {"model": "openai", "input": "Hi", "stream": True},
+            "openai.responses.stream.sse",
+        ),
+        # Azure's v1 path, as an Azure provider with responses: true sends it.
+        (
+            "/openai/v1/responses",
+            {"model": "openai", "input": [], "stream": True},
+            "openai.responses.stream.sse",
+        ),
         # Native APIs, at the root as at the providers' hosts, or under a prefix.
         ("/v1/messages", {"model": "anthropic"}, "anthropic.messages.json"),
         (
@@ -1374,6 +1394,72 @@ async def test_route_faults_on_native_endpoints(
         assert status == 429
     status, _, served = await post(session, server, "/api/chat", {"model": "ollama"})
     assert (status, served) == (200, packaged("ollama.api-chat.stream.ndjson"))
+
+
+# OpenAI's Responses API: created by POST, faulted as chat is, endless in its own events.
+
+RESPONSE_OPENERS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+]
+
+
+async def test_stored_responses_are_not_kept(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    for method in ("GET", "DELETE"):
+        async with session.request(method, emulator.make_url("/v1/responses/resp_1")) as resp:
+            assert resp.status == 404
+            assert (await resp.json())["error"]["code"] == "unknown_url"
+    async with session.get(emulator.make_url("/v1/responses")) as resp:
+        assert (resp.status, resp.headers["Allow"]) == (405, "POST")
+
+
+async def test_responses_faults_as_chat_does(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    body = {"model": "openai@status=429", "input": "Hi"}
+    status, headers, served = await post(session, emulator, "/v1/responses", body)
+    assert (status, headers["Retry-After"]) == (429, "1")
+    assert orjson.loads(served)["error"]["type"] == "rate_limit_error"
+    received = b""
+    cut = {"model": "openai@reset-after=300", "input": "Hi", "stream": True}
+    async with session.post(emulator.make_url("/v1/responses"), json=cut) as resp:
+        assert resp.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async for data in resp.content.iter_any():
+                received += data
+    assert packaged("openai.responses.stream.sse").startswith(received)
+    assert 0 < len(received) <= 300
+
+
+async def test_route_faults_on_responses(
+    session: aiohttp.ClientSession, aiohttp_server: AiohttpServer
+) -> None:
+    server = await aiohttp_server(build_emulator_app(faults={"responses": "status=503"}))
+    status, _, _ = await post(session, server, "/v1/responses", {"model": "openai", "input": "Hi"})
+    assert status == 503
+    status, _, served = await post(session, server, "/v1/chat/completions", {"model": "openai"})
+    assert (status, served) == (200, packaged("openai.chat.json"))
+
+
+async def test_fault_endless_on_responses_streams_responses_events(
+    session: aiohttp.ClientSession, emulator: TestServer
+) -> None:
+    body = {"model": "openai@endless", "input": "Hi", "stream": True}
+    async with session.post(emulator.make_url("/v1/responses"), json=body) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        chunks = await first_writes(resp, 4)
+    events = decode_writes("text/event-stream", chunks)
+    assert [name for name, _ in events] == RESPONSE_OPENERS + ["response.output_text.delta"] * 4
+    for name, data in events:
+        validate(data, "ResponseStreamEvent")
+        assert data["type"] == name
+    assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
+    assert events[0][1]["response"]["model"] == "openai"
+    assert events[-1][1]["delta"] == "x "
 
 
 @pytest.mark.parametrize("faults", [{"moderations": "hang"}, {"chat": "explode"}])

@@ -1,8 +1,9 @@
 """The ``endless`` fault's stream: valid events of the endpoint's own dialect, forever.
 
 Each dialect's events are what its recordings hold, cut to the least that a client of that
-API takes as text arriving: Anthropic and Cohere open a message and a content block first,
-and name every event in an SSE ``event:`` field as their streams do. The events are framed as
+API takes as text arriving: Anthropic, Cohere and OpenAI's Responses API open a message and a
+content block (part) first, and name every event in an SSE ``event:`` field as their streams
+do; Responses events also count themselves in ``sequence_number``. The events are framed as
 the stream would be: SSE, NDJSON lines, or the elements of one JSON array.
 """
 
@@ -63,6 +64,63 @@ def _completion_events(model: str, index: int) -> list[Event]:
         "choices": [choice],
     }
     return [(None, chunk)]
+
+
+def _responses_events(model: str, index: int) -> list[Event]:
+    # Four events open the stream, so delta number ``index`` is event number index + 4.
+    delta: dict[str, object] = {
+        "type": "response.output_text.delta",
+        "sequence_number": index + 4,
+        "item_id": "msg_emulator_endless",
+        "output_index": 0,
+        "content_index": 0,
+        "delta": "x ",
+        "logprobs": [],
+    }
+    if index:
+        return [("response.output_text.delta", delta)]
+    response = {
+        "id": "resp_emulator_endless",
+        "object": "response",
+        "created_at": 0,
+        "status": "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "temperature": None,
+        "top_p": None,
+        "metadata": {},
+    }
+    item = {
+        "id": "msg_emulator_endless",
+        "type": "message",
+        "status": "in_progress",
+        "content": [],
+        "role": "assistant",
+    }
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+    opening: list[dict[str, object]] = [
+        {"type": "response.created", "response": response},
+        {"type": "response.in_progress", "response": response},
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {
+            "type": "response.content_part.added",
+            "item_id": "msg_emulator_endless",
+            "output_index": 0,
+            "content_index": 0,
+            "part": part,
+        },
+    ]
+    events: list[Event] = [
+        (str(event["type"]), {**event, "sequence_number": number})
+        for number, event in enumerate(opening)
+    ]
+    return [*events, ("response.output_text.delta", delta)]
 
 
 def _inference_events(model: str, index: int) -> list[Event]:
@@ -144,6 +202,7 @@ _EVENTS: Final[MappingProxyType[tuple[str, str], Callable[[str, int], list[Event
         {
             ("openai", "chat"): _chat_events,
             ("openai", "completions"): _completion_events,
+            ("openai", "responses"): _responses_events,
             ("maritaca", "chat-inference"): _inference_events,
             ("anthropic", "messages"): _anthropic_events,
             ("gemini", "generate-content"): _gemini_events,

@@ -45,6 +45,9 @@ ENDPOINTS: Final = (
     Endpoint("POST", "/completions", "completions"),
     # Embeddings never stream: a recording is <model>.<endpoint>.json.
     Endpoint("POST", "/embeddings", "embeddings", streams="never"),
+    # OpenAI's Responses API, as OpenAI and Azure (/openai/v1) serve it. Only POST: the stored
+    # responses that GET and DELETE .../responses/{id} reach are state the emulator keeps none of.
+    Endpoint("POST", "/responses", "responses"),
     # Maritaca's legacy API is mounted at /api, so its path is /api/chat/inference.
     Endpoint("POST", "/chat/inference", "chat-inference", dialect="maritaca"),
     Endpoint("POST", "/v1/messages", "messages", dialect="anthropic"),

@@ -2,7 +2,7 @@
 
     request                                         answer: the model's recording, or its fault
     POST .../chat/completions, .../completions      OpenAI's ``chat`` and ``completions``
-    POST .../embeddings                             OpenAI's ``embeddings``
+    POST .../embeddings, .../responses              OpenAI's ``embeddings`` and ``responses``
     POST .../api/chat/inference                     Maritaca's ``chat-inference``
     POST .../v1/messages                            Anthropic's ``messages``
     POST .../models/{model}:generateContent         Gemini's ``generate-content``; streamed
