@@ -130,16 +130,27 @@ The proxy is running on {base} in front of the offline emulator (config/demo.yam
     -d '{{"model": "gpt-4o-mini", "stream": true,
          "messages": [{{"role": "user", "content": "Hi"}}]}}'
 
+  curl {base}/responses \\
+    -H "Authorization: Bearer sk-demo-key" -H "Content-Type: application/json" \\
+    -d '{{"model": "gpt-4o-mini-responses", "input": "Hi"}}'
+
   from openai import OpenAI
   client = OpenAI(base_url="{base}", api_key="sk-demo-key")
   for chunk in client.chat.completions.create(
       model="llama-3.1-8b", stream=True, messages=[{{"role": "user", "content": "Hi"}}]
   ):
       print(chunk.choices[0].delta.content or "" if chunk.choices else "", end="")
+  print(client.responses.create(model="gpt-4o-mini", input="Hi").output_text)
+  print(client.embeddings.create(model="text-embedding-3-small", input="Hi").data[0].embedding)
+
+/v1/responses is translated to chat for every model but gpt-4o-mini-responses, whose
+provider serves the Responses API itself: it is passed through.
 
 Models: gpt-4o-mini (OpenAI), llama-3.1-8b (FriendliAI), sabia-4 (Maritaca),
 gpt-5-nano (Azure), llama-3.3-70b (Groq), deepseek-r1 (DeepSeek),
-claude-sonnet-4 (Anthropic), gemini-2.5-flash (Gemini). Ctrl-C stops.
+claude-sonnet-4 (Anthropic), gemini-2.5-flash (Gemini),
+gpt-4o-mini-responses (OpenAI's Responses API), text-embedding-3-small (embeddings).
+Ctrl-C stops.
 """
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from proxy.core.config import load_config
+from proxy.ops.cli import DEMO_CONFIG, _demo_text
 from tests.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +169,36 @@ def test_demo_runs_offline_and_answers_the_printed_snippet() -> None:
                 assert any(chunk.choices and chunk.choices[0].finish_reason for chunk in stream), (
                     model
                 )
+            # gpt-4o-mini's Responses request is translated to chat; gpt-4o-mini-responses's is
+            # passed through to the emulator's /v1/responses (its provider has responses: true).
+            assert client.responses.create(model="gpt-4o-mini", input="Hi").output_text
+            passed = client.responses.create(model="gpt-4o-mini-responses", input="Hi")
+            assert (passed.model, passed.output_text) == (
+                "gpt-4o-mini-responses",
+                "Hello! It's nice to meet you.",
+            )
+            with client.responses.stream(model="gpt-4o-mini-responses", input="Hi") as events:
+                assert events.get_final_response().output_text == passed.output_text
+            embedding = client.embeddings.create(model="text-embedding-3-small", input="Hi")
+            assert len(embedding.data[0].embedding) == 8
     assert proc.returncode == 0
+
+
+def test_demo_text_shows_every_endpoint_with_the_demo_models() -> None:
+    text = _demo_text(8080)
+    models = load_config(DEMO_CONFIG, {"EMULATOR_URL": "http://127.0.0.1:9100"}).models
+    for example in (
+        "/v1/chat/completions",
+        "/v1/responses",
+        "client.chat.completions.create(",
+        'client.responses.create(model="gpt-4o-mini", input=',
+        'client.embeddings.create(model="text-embedding-3-small", input=',
+    ):
+        assert example in text
+    named = re.findall(r'model="([^"]+)"|"model": "([^"]+)"', text)
+    assert {first or second for first, second in named} <= set(models)
+    listed = text.partition("Models:")[2]
+    assert all(f"{model} (" in listed for model in models), listed
 
 
 def test_serve_with_two_workers(tmp_path: Path) -> None:
