@@ -143,12 +143,12 @@ class Stage:
 
 
 @contextmanager
-def stage() -> Iterator[Stage]:
+def stage(recordings: Path = FIXTURES) -> Iterator[Stage]:
     loop = LoopThread()
     port = free_port()
     built = Stage(loop, f"http://127.0.0.1:{port}")
     try:
-        emulator = build_emulator_app(FIXTURES)
+        emulator = build_emulator_app(recordings)
         built.runners.append(loop.call(lambda: start_site(emulator, port)))
         yield built
     finally:

@@ -45,6 +45,7 @@ from tests.metrics_support import (
     worker_pids,
     write_config,
 )
+from tests.replay import EMBEDDINGS, recordings
 from tests.tools import promtool
 
 MODELS: dict[str, Any] = {
@@ -452,3 +453,53 @@ def test_each_worker_runs_its_collector_on_a_timer_unless_told_not_to(
             assert total(samples, name, collection="young") == 0
             assert total(samples, name, collection="full") == 0
             assert set(per_worker(directory, name, "histogram").values()) == {0}
+
+
+def test_responses_and_embeddings_are_metered_exactly_across_two_workers(
+    tmp_path: Path,
+) -> None:
+    """Issue 38: both new endpoints are metered per team like chat, under their own endpoint
+    label, exactly, whichever worker served each request."""
+    with stage(recordings(tmp_path / "recordings")) as emulator:
+        providers = {
+            "emu": {"base_url": f"{emulator.emulator_url}/v1"},
+            "emu-ollama": {"base_url": emulator.emulator_url, "api": "ollama"},
+        }
+        models = {
+            "gpt": {"provider": "emu", "model": "openai"},
+            "embed": {"provider": "emu-ollama", "model": "contract.ollama"},
+        }
+        config = write_config(
+            tmp_path / "proxy.yaml", emulator.emulator_url, models, providers=providers
+        )
+        with serve(config, 2, tmp_path / "tmp") as served:
+            with fresh_client(served, ALPHA_KEY) as alpha, fresh_client(served, BETA_KEY) as beta:
+                for _ in range(7):
+                    alpha.responses.create(model="gpt", input="Hello")
+                for _ in range(5):
+                    for _ in alpha.responses.create(model="gpt", input="Hello", stream=True):
+                        pass
+                for _ in range(9):
+                    beta.embeddings.create(model="embed", input=["hello", "goodbye"])
+            embedded = orjson.loads((EMBEDDINGS / "contract.ollama.api-embed.json").read_bytes())[
+                "prompt_eval_count"
+            ]
+            tokens = expected_totals(
+                {
+                    ("alpha", "gpt", "emu"): [
+                        ("openai.chat.json", 7),
+                        ("openai.chat.stream.sse", 5),
+                    ],
+                }
+            )
+            tokens[("beta", "embed", "emu-ollama", "prompt")] = 9 * embedded
+            tokens[("beta", "embed", "emu-ollama", "completion")] = 0
+            requests = {("alpha", "gpt", "2xx"): 12, ("beta", "embed", "2xx"): 9}
+            text = scrape_until_exact(served.root + "/metrics", tokens, requests)
+            samples = read_samples(text)
+            assert total(samples, "llm_proxy_requests_total", endpoint="responses") == 12
+            assert total(samples, "llm_proxy_requests_total", endpoint="embeddings") == 9
+            assert total(samples, "llm_proxy_requests_total", endpoint="chat") == 0
+            split = per_worker(served.metrics_dirs()[0], "llm_proxy_requests_total")
+            assert len(split) == 2 and all(split.values()), split
+        assert served.process.returncode == 0, "".join(served.lines)
