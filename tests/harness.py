@@ -100,6 +100,12 @@ def proxy_config(emulator_url: str, models: dict[str, Any], **extra: Any) -> dic
             "api_key": UPSTREAM_SECRET,
             "api": "tgi",
         },
+        # Serves the Responses API itself: /v1/responses is passed through to it.
+        "emu-responses": {
+            "base_url": f"{emulator_url}/v1",
+            "api_key": UPSTREAM_SECRET,
+            "responses": True,
+        },
         "emu-azure": {
             "base_url": f"{emulator_url}/openai/v1",
             "headers": {"api-key": UPSTREAM_SECRET},

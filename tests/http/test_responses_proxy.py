@@ -7,6 +7,7 @@ schema.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -284,3 +285,121 @@ async def test_a_bad_body_is_a_400_in_openais_shape(responses_url: str) -> None:
         assert response.status == 400
         error = (await response.json())["error"]
     assert error["code"] == "invalid_json"
+
+
+# --- a provider that serves the Responses API itself (responses: true) ------------------------
+
+RESPONSES = Path(__file__).resolve().parents[1] / "fixtures" / "responses"
+PASSED = {
+    # The emulator plays contract.openai.responses.json, or .responses.stream.sse for a stream.
+    "native": "contract.openai",
+    "native-calls": "contract.openai.responses.stream.function-call.sse",
+    "native-extras": "contract.openai.responses.stream.extras.sse",
+}
+
+
+@pytest.fixture(scope="module")
+def passthrough_url(servers: Servers) -> str:
+    models = {name: {"provider": "emu-responses", "model": m} for name, m in PASSED.items()}
+    url, _ = servers.start_proxy(models)
+    return url
+
+
+async def raw_stream(url: str, model: str) -> list[dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            url + "/responses",
+            json={"model": model, "input": "Hello", "stream": True},
+            headers={"Authorization": f"Bearer {TEAM_KEY}"},
+        ) as response,
+    ):
+        assert response.status == 200
+        body = await response.read()
+    events = []
+    for frame in (f for f in body.split(b"\n\n") if f):
+        event, data = frame.split(b"\n", 1)
+        payload = orjson.loads(data.removeprefix(b"data: "))
+        assert event == b"event: " + payload["type"].encode()
+        events.append(payload)
+    return events
+
+
+def recorded_events(name: str) -> list[dict[str, Any]]:
+    text = (RESPONSES / name).read_bytes()
+    return [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith(b"data: ")]
+
+
+@pytest.mark.parametrize("model", ["native", "native-calls", "native-extras"])
+async def test_a_passed_through_stream_is_held_to_the_contract(
+    passthrough_url: str, servers: Servers, model: str
+) -> None:
+    events = await raw_stream(passthrough_url, model)
+    for number, event in enumerate(events):
+        validate(event, "ResponseStreamEvent")  # the extras are gone
+        assert event["sequence_number"] == number
+        if isinstance(event.get("response"), dict):
+            assert event["response"]["model"] == model  # the client's name, not the upstream's
+    kinds = [event["type"] for event in events]
+    assert kinds[-1] == "response.completed"
+    recorded = PASSED[model] if model != "native" else "contract.openai.responses.stream.sse"
+    known = [e for e in recorded_events(recorded) if e["type"] != "keepalive"]
+    assert kinds == [e["type"] for e in known]
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == "".join(e["delta"] for e in known if e["type"] == "response.output_text.delta")
+
+
+def test_a_passed_through_whole_response_reaches_the_sdk(passthrough_url: str) -> None:
+    recorded: Any = orjson.loads((RESPONSES / "contract.openai.responses.json").read_bytes())
+    with openai.OpenAI(base_url=passthrough_url, api_key=TEAM_KEY, max_retries=0) as client:
+        raw = client.responses.with_raw_response.create(model="native", input="Hello")
+        with client.responses.stream(model="native", input="Hello") as stream:
+            streamed = stream.get_final_response()
+    body = orjson.loads(raw.content)
+    validate(body, "Response")
+    response = raw.parse()
+    assert response.model == "native" and response.id == recorded["id"]
+    assert response.output_text == streamed.output_text
+    assert response.usage is not None
+    assert response.usage.total_tokens == recorded["usage"]["total_tokens"]
+
+
+async def test_a_passed_through_request_goes_up_as_it_came(
+    passthrough_url: str, servers: Servers
+) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.delete(servers.emulator_url + "/_emulator/requests"),
+    ):
+        pass
+    async with openai.AsyncOpenAI(
+        base_url=passthrough_url, api_key=TEAM_KEY, max_retries=0
+    ) as client:
+        await client.responses.create(
+            model="native", input="Hello", reasoning={"effort": "low"}, store=False
+        )
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(servers.emulator_url + "/_emulator/requests") as response,
+    ):
+        sent = (await response.json())[-1]
+    assert sent["path"] == "/v1/responses"
+    assert sent["json"] == {
+        "model": "contract.openai",
+        "input": "Hello",
+        "reasoning": {"effort": "low"},
+        "store": False,
+    }
+
+
+async def test_state_is_refused_before_a_passthrough_too(passthrough_url: str) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            passthrough_url + "/responses",
+            json={"model": "native", "input": "Hi", "previous_response_id": "resp_1"},
+            headers={"Authorization": f"Bearer {TEAM_KEY}"},
+        ) as response,
+    ):
+        assert response.status == 400
+        assert (await response.json())["error"]["param"] == "previous_response_id"
