@@ -9,8 +9,9 @@ run's output.
 
 from __future__ import annotations
 
+import contextlib
 import struct
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pydantic_ai
 import pytest
 from pydantic_ai.models import infer_model
 from pydantic_ai.models.openai import OpenAIResponsesModel
+from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests.harness import TEAM_KEY, Servers
 from tests.replay import GOLDEN
@@ -74,14 +76,15 @@ def url(servers: Servers) -> str:
 # --- the OpenAI Agents SDK ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def agents_client(url: str) -> Iterator[None]:
-    """The Agents SDK's default client pointed at the proxy; no tracing (it would export)."""
-    client = openai.AsyncOpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0)
-    agents.set_default_openai_client(client, use_for_tracing=False)
-    agents.set_default_openai_api("responses")  # the SDK's default, said out loud
-    agents.set_tracing_disabled(True)
-    yield
+@contextlib.asynccontextmanager
+async def agents_default_client(url: str) -> AsyncIterator[None]:
+    """The Agents SDK's default client pointed at the proxy, closed after; no tracing (it
+    would export). Made in the test's own loop: its connections belong to that loop."""
+    async with openai.AsyncOpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0) as client:
+        agents.set_default_openai_client(client, use_for_tracing=False)
+        agents.set_default_openai_api("responses")  # the SDK's default, said out loud
+        agents.set_tracing_disabled(True)
+        yield
 
 
 def tool_agent(model: str, calls: list[tuple[str, str]]) -> Any:
@@ -111,37 +114,39 @@ def tool_agent(model: str, calls: list[tuple[str, str]]) -> Any:
 
 
 @pytest.mark.parametrize("model", TEXT_MODELS)
-def test_agents_sdk_run(agents_client: None, model: str) -> None:
+async def test_agents_sdk_run(url: str, model: str) -> None:
     agent = agents.Agent(name="greeter", instructions="Be brief.", model=model)
-    result = agents.Runner.run_sync(agent, "Hello")
+    async with agents_default_client(url):
+        result = await agents.Runner.run(agent, "Hello")
     assert result.final_output == golden_choice(model)["content"]
 
 
 @pytest.mark.parametrize("model", TEXT_MODELS)
-async def test_agents_sdk_run_streamed(agents_client: None, model: str) -> None:
+async def test_agents_sdk_run_streamed(url: str, model: str) -> None:
     agent = agents.Agent(name="greeter", instructions="Be brief.", model=model)
-    result = agents.Runner.run_streamed(agent, "Hello")
-    deltas = [
-        event.data.delta
-        async for event in result.stream_events()
-        if event.type == "raw_response_event" and event.data.type == "response.output_text.delta"
-    ]
+    async with agents_default_client(url):
+        result = agents.Runner.run_streamed(agent, "Hello")
+        deltas = [
+            event.data.delta
+            async for event in result.stream_events()
+            if event.type == "raw_response_event"
+            and event.data.type == "response.output_text.delta"
+        ]
     assert result.final_output == "".join(deltas) == golden_choice(model)["content"]
 
 
 @pytest.mark.parametrize("model", TOOL_MODELS)
 @pytest.mark.parametrize("streamed", [False, True])
-async def test_agents_sdk_runs_a_function_tool(
-    agents_client: None, model: str, streamed: bool
-) -> None:
+async def test_agents_sdk_runs_a_function_tool(url: str, model: str, streamed: bool) -> None:
     calls: list[tuple[str, str]] = []
     agent = tool_agent(model, calls)
-    if streamed:
-        result: Any = agents.Runner.run_streamed(agent, "Weather?")
-        async for _ in result.stream_events():
-            pass
-    else:
-        result = await agents.Runner.run(agent, "Weather?")
+    async with agents_default_client(url):
+        if streamed:
+            result: Any = agents.Runner.run_streamed(agent, "Weather?")
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await agents.Runner.run(agent, "Weather?")
     assert result.final_output == "sunny"
     # The recording's calls, as it made them (its first stops the run, but all are run).
     wanted = [(c["name"], c["arguments"]) for c in golden_choice(model)["tool_calls"]]
@@ -152,28 +157,40 @@ async def test_agents_sdk_runs_a_function_tool(
 # --- pydantic-ai -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def openai_env(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What an app sets to point pydantic-ai's "openai:" models at a gateway."""
+def test_pydantic_ai_default_openai_models_are_its_responses_models(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an app writes, Agent("openai:..."), is pydantic-ai's Responses model, on the client
+    it makes from OPENAI_BASE_URL: the proxy, when the app points it there."""
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     monkeypatch.setenv("OPENAI_API_KEY", TEAM_KEY)
+    model = infer_model("openai:gpt")
+    assert isinstance(model, OpenAIResponsesModel)
+    assert model.base_url.rstrip("/") == url
+
+
+@contextlib.asynccontextmanager
+async def responses_model(url: str, name: str) -> AsyncIterator[OpenAIResponsesModel]:
+    """That same model, on a client closed after (the one pydantic-ai makes is process-wide)."""
+    async with openai.AsyncOpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0) as client:
+        yield OpenAIResponsesModel(name, provider=OpenAIProvider(openai_client=client))
 
 
 @pytest.mark.parametrize("model", TEXT_MODELS)
-def test_pydantic_ai_default_agent(openai_env: None, model: str) -> None:
-    # Not vacuous: pydantic-ai's "openai:" models are its Responses API ones.
-    assert isinstance(infer_model(f"openai:{model}"), OpenAIResponsesModel)
-    agent = pydantic_ai.Agent(f"openai:{model}", instructions="Be brief.")
-    result = agent.run_sync("Hello")
+async def test_pydantic_ai_default_agent(url: str, model: str) -> None:
+    async with responses_model(url, model) as llm:
+        result = await pydantic_ai.Agent(llm, instructions="Be brief.").run("Hello")
     assert result.output == golden_choice(model)["content"]
     usage = result.usage
     assert usage.input_tokens > 0 and usage.output_tokens > 0
 
 
 @pytest.mark.parametrize("model", ["gpt", "claude"])
-async def test_pydantic_ai_streams_text(openai_env: None, model: str) -> None:
-    agent = pydantic_ai.Agent(f"openai:{model}")
-    async with agent.run_stream("Hello") as run:
+async def test_pydantic_ai_streams_text(url: str, model: str) -> None:
+    async with (
+        responses_model(url, model) as llm,
+        pydantic_ai.Agent(llm).run_stream("Hello") as run,
+    ):
         text = await run.get_output()
     assert text == golden_choice(model)["content"]
 
