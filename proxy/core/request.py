@@ -273,6 +273,11 @@ def upstream_body(request: ClientRequest, upstream_model: str, *, ask_usage: boo
         body["stream_options"] = (
             {**options, "include_usage": True} if options else {"include_usage": True}
         )
+    return encode_body(body)
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """A request body for the upstream, as JSON."""
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:

@@ -23,7 +23,7 @@ from proxy.core.fixes import FIX_ENVELOPE, FIX_EXTRAS, FIX_USAGE
 from proxy.core.request import embedding_inputs
 from proxy.core.usage import Usage, estimate_tokens
 from proxy.normalize.dialects import DIALECTS
-from proxy.normalize.fields import RequestContext, upstream_error
+from proxy.normalize.fields import RequestContext, upstream_error, upstream_object
 from proxy.normalize.response import Normalized
 
 _RESPONSE_KEYS: Final = frozenset({"object", "data", "model", "usage"})
@@ -37,12 +37,7 @@ _MISSING: Final = object()  # no vector at this index yet
 def normalize_embeddings(raw: bytes, ctx: RequestContext) -> Normalized:
     """The canonical body for an upstream's 200 answer to an embeddings request; raises
     ``UpstreamError`` for one that cannot be made canonical."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamProtocolError("The upstream answered with a body that is not JSON") from exc
-    if not isinstance(body, dict):
-        raise UpstreamProtocolError("The upstream answered with JSON that is not an object")
+    body = upstream_object(raw)
     adapt = DIALECTS[ctx.dialect].adapt_embeddings
     if adapt is not None:
         body = adapt(body, ctx)

@@ -8,7 +8,9 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.errors import UpstreamStatusError
+import orjson
+
+from proxy.core.errors import UpstreamProtocolError, UpstreamStatusError
 from proxy.core.fixes import (
     FIX_CONTENT_PARTS,
     FIX_REASONING,
@@ -177,6 +179,17 @@ def completion_logprobs(value: object) -> dict[str, Any] | None:
 
 def service_tier(value: object) -> str | None:
     return value if isinstance(value, str) and value in SERVICE_TIERS else None
+
+
+def upstream_object(raw: bytes) -> dict[str, Any]:
+    """An upstream's whole 200 answer as the JSON object it must be, or UpstreamProtocolError."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamProtocolError("The upstream answered with a body that is not JSON") from exc
+    if not isinstance(body, dict):
+        raise UpstreamProtocolError("The upstream answered with JSON that is not an object")
+    return body
 
 
 def upstream_error(error: object, status: int = 502) -> UpstreamStatusError:

@@ -35,6 +35,7 @@ from proxy.normalize.fields import (
     service_tier,
     take_text,
     upstream_error,
+    upstream_object,
 )
 from proxy.normalize.tables import (
     ENVELOPE_TEXT_MAX,
@@ -63,12 +64,7 @@ class Normalized:
 
 def normalize_response(raw: bytes, ctx: RequestContext) -> Normalized:
     """The canonical body for an upstream's 200 answer; raises ``UpstreamError`` otherwise."""
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamProtocolError("The upstream answered with a body that is not JSON") from exc
-    if not isinstance(body, dict):
-        raise UpstreamProtocolError("The upstream answered with JSON that is not an object")
+    body = upstream_object(raw)
     adapt = DIALECTS[ctx.dialect].adapt_response
     if adapt is not None:
         body = adapt(body, ctx)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-import orjson
-
-from proxy.core.errors import InvalidRequest
-from proxy.core.request import ClientRequest, upstream_body
+from proxy.core.request import ClientRequest, encode_body, upstream_body
 from proxy.normalize.dialects import (
     anthropic,
     cohere,
@@ -49,11 +46,4 @@ def upstream_request(dialect: Dialect, request: ClientRequest, options: RequestO
     build = dialect.embed_request if request.endpoint == "embeddings" else dialect.request
     if build is None:
         return upstream_body(request, options.upstream_model, ask_usage=options.ask_usage)
-    body = build(request, options)
-    try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:
-        # orjson writes less deep a document than it reads.
-        raise InvalidRequest(
-            "The request body is nested too deeply to be passed on", code="invalid_json"
-        ) from None
+    return encode_body(build(request, options))

@@ -9,8 +9,7 @@ from typing import Any
 
 import orjson
 
-from proxy.core.errors import InvalidRequest
-from proxy.core.request import ClientRequest, parse_request, read_object
+from proxy.core.request import ClientRequest, encode_body, parse_request, read_object
 from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.output import make_id
 from proxy.normalize.responses.request import chat_body
@@ -39,9 +38,4 @@ def responses_request(raw: bytes) -> tuple[ClientRequest, ResponsesCall]:
 
 def passthrough_body(body: dict[str, Any], upstream_model: str) -> bytes:
     """The client's Responses request for a provider serving it: the upstream model's name."""
-    try:
-        return orjson.dumps({**body, "model": upstream_model})
-    except orjson.JSONEncodeError:
-        raise InvalidRequest(
-            "The request body is nested too deeply to be passed on", code="invalid_json"
-        ) from None
+    return encode_body({**body, "model": upstream_model})

@@ -5,7 +5,7 @@ serves the Responses API itself.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
@@ -13,7 +13,7 @@ from proxy.core.errors import ProxyError, UpstreamProtocolError, error_body
 from proxy.core.sse import Event
 from proxy.core.usage import Usage, estimated_usage, prompt_chars
 from proxy.normalize import ApiFamily
-from proxy.normalize.fields import RequestContext
+from proxy.normalize.fields import RequestContext, upstream_object
 from proxy.normalize.present import EventStream
 from proxy.normalize.response import Normalized
 from proxy.normalize.responses.echo import Echo
@@ -161,11 +161,7 @@ class PassthroughStream:
 
 def passthrough_response(raw: bytes, ctx: RequestContext) -> Normalized:
     """A provider's own whole Response, held to the contract."""
-    try:
-        body: Any = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamProtocolError("The upstream answered with a body that is not JSON") from exc
-    held = hold_response(body, model=ctx.model, created=ctx.created)
+    held = hold_response(upstream_object(raw), model=ctx.model, created=ctx.created)
     usage = metered_usage(held)
     if usage is None:
         usage = estimated_usage(prompt_chars(ctx.prompt), 0, 0)
