@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import aiohttp
+import openai
 import orjson
 import pytest
 
@@ -30,6 +31,7 @@ from tests.metrics_support import (
     wait_for,
     write_config,
 )
+from tests.replay import recordings
 
 FIELDS = {
     "ts",
@@ -367,3 +369,32 @@ def test_workers_sharing_stderr_never_cut_a_line(running: Stage, tmp_path: Path)
         wait_for(lambda: len(logged()) >= count, f"{count} access log lines")
     ids = sorted(orjson.loads(line)["request_id"] for line in logged())
     assert ids == sorted(f"many-{i}" for i in range(count))
+
+
+def test_responses_and_embeddings_are_logged_under_their_endpoints(tmp_path: Path) -> None:
+    with stage(recordings(tmp_path / "recordings")) as emulator:
+        models = {
+            "gpt": {"provider": "emu", "model": "openai"},
+            "embed": {"provider": "emu", "model": "contract.openai.embeddings.json"},
+        }
+        config = write_config(
+            tmp_path / "proxy.yaml", emulator.emulator_url, models, access_log=True
+        )
+        with (
+            serve(config, 1, tmp_path / "tmp") as served,
+            openai.OpenAI(base_url=served.url, api_key=ALPHA_KEY, max_retries=0) as client,
+        ):
+            client.responses.create(model="gpt", input="Hello")
+            client.embeddings.create(model="embed", input="Hello")
+            scrape(served.root + "/metrics")
+
+            def logged() -> list[dict[str, Any]]:
+                return [orjson.loads(line) for line in served.lines if line.startswith("{")]
+
+            wait_for(lambda: len(logged()) == 2, "two access log lines")
+    responses, embeddings = logged()
+    assert (responses["endpoint"], responses["path"]) == ("responses", "/v1/responses")
+    assert (embeddings["endpoint"], embeddings["path"]) == ("embeddings", "/v1/embeddings")
+    assert responses["team"] == embeddings["team"] == "alpha"
+    assert responses["completion_tokens"] > 0 and responses["usage_source"] == "upstream"
+    assert embeddings["prompt_tokens"] > 0 and embeddings["completion_tokens"] == 0
