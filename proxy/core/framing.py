@@ -33,23 +33,31 @@ class NDJSONDecoder:
 
     def __init__(self, max_event_bytes: int = _MAX_EVENT) -> None:
         self._max = max_event_bytes
-        self._tail = b""
+        # Reads that have not yet ended a line: joined once its LF comes, so a long line in
+        # many small reads is copied once, not once per read.
+        self._tail: list[bytes] = []
+        self._tail_len = 0
 
     def feed(self, data: bytes) -> list[Event]:
-        buf = self._tail + data if self._tail else data
-        end = buf.rfind(b"\n")
+        end = data.rfind(b"\n")
         if end < 0:
-            self._tail = buf
-            if len(buf) > self._max:
+            self._tail.append(data)
+            self._tail_len += len(data)
+            if self._tail_len > self._max:
                 raise _too_large(self._max)
             return []
-        self._tail = buf[end + 1 :]
-        if len(self._tail) > self._max:
+        buf = b"".join((*self._tail, data)) if self._tail else data
+        end += len(buf) - len(data)
+        rest = buf[end + 1 :]
+        self._tail = [rest] if rest else []
+        self._tail_len = len(rest)
+        if self._tail_len > self._max:
             raise _too_large(self._max)
         return [self._event(line) for line in buf[:end].split(b"\n") if line.strip()]
 
     def close(self) -> list[Event]:
-        tail, self._tail = self._tail, b""
+        tail = b"".join(self._tail)
+        self._tail, self._tail_len = [], 0
         return [self._event(tail)] if tail.strip() else []
 
     def _event(self, line: bytes) -> Event:

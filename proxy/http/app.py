@@ -4,7 +4,8 @@ aiohttp's low-level server calls ``Gateway.handle`` for every request. It picks 
 path and method itself, gives each API request its Exchange, and is the one place that turns
 an exception into an HTTP answer (CANONICAL.md section 4). There is no ``web.Application`` in
 the way: its router, middleware chain, ``Request`` objects and response-prepare signal cost
-a measurable share of throughput (docs/performance.md), for five fixed paths.
+a measurable share of throughput (docs/performance.md), for a handful of fixed paths and three
+prefixes (a model, a stored response, Azure's deployments).
 """
 
 from __future__ import annotations

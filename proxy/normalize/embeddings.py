@@ -69,7 +69,7 @@ def normalize_embeddings(raw: bytes, ctx: RequestContext) -> Normalized:
     if tokens is not None:
         usage = Usage(tokens, 0, tokens)
         raw_usage = body["usage"]
-        if raw_usage.keys() != _USAGE_KEYS or {raw_usage[key] for key in _USAGE_KEYS} != {tokens}:
+        if raw_usage.keys() != _USAGE_KEYS or any(raw_usage[key] != tokens for key in _USAGE_KEYS):
             fixes.add(FIX_USAGE)  # other keys (completion_tokens), or a total apart
     else:
         tokens = estimate_input_tokens(inputs)

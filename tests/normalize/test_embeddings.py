@@ -236,6 +236,8 @@ def test_whole_answers_for_embeddings_go_to_this_normalizer() -> None:
         ({"total_tokens": 7}, 7, True),
         ({"prompt_tokens": 7.0, "total_tokens": 7.0}, 7, False),
         ({"prompt_tokens": 7, "completion_tokens": 0, "total_tokens": 7}, 7, True),
+        ({"prompt_tokens": [7], "total_tokens": 7}, 7, True),  # a count that is no number
+        ({"prompt_tokens": 7, "total_tokens": {"n": 7}}, 7, True),
     ],
 )
 def test_upstream_usage(usage: dict[str, Any], tokens: int, fixed: bool) -> None:

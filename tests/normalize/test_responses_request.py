@@ -511,7 +511,6 @@ def test_echo_repeats_the_request() -> None:
         max_output_tokens=100,
         max_tool_calls=3,
         metadata={"team": "a"},
-        store=False,
         truncation="auto",
         user="u",
         service_tier="priority",
@@ -638,6 +637,28 @@ REFUSED = [
         {"reasoning": {"effort": "extreme"}}, "reasoning.effort", "must be one of", id="effort"
     ),
     pytest.param({"stream": "yes"}, "stream", "a boolean", id="stream-type"),
+    # Chat's own fields: one Response has one output, and the translation writes the others.
+    pytest.param({"n": 3}, "n", "not a Responses API parameter", id="chat-n"),
+    pytest.param(
+        {"messages": [{"role": "user", "content": "x"}]},
+        "messages",
+        "not a Responses",
+        id="chat-messages",
+    ),
+    pytest.param({"max_tokens": 5}, "max_tokens", "not a Responses", id="chat-max-tokens"),
+    pytest.param(
+        {
+            "input": [
+                {
+                    "role": "user",
+                    "content": [{"type": "input_image", "image_url": "http://x", "detail": []}],
+                }
+            ]
+        },
+        "input[0].content[0].detail",
+        "string",
+        id="image-detail-type",
+    ),
 ]
 
 
@@ -655,4 +676,9 @@ def test_store_is_accepted_either_way() -> None:
     for body in ({}, {"store": True}, {"store": False}, {"store": None}):
         chat, echo = translate({"input": "Hi", **body})
         assert "store" not in chat
-        assert echo.store is (body.get("store") is not False)
+        assert "store" not in echo.response(
+            response_id="resp_1", created=1, model="m", status="completed", output=[]
+        )
+    with pytest.raises(InvalidRequest) as caught:
+        translate({"input": "Hi", "store": "yes"})
+    assert caught.value.param == "store"

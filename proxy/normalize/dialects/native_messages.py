@@ -5,13 +5,15 @@ checks and the refusals are the same for every native API, whatever it makes of 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 from proxy.core.errors import InvalidRequest
 from proxy.normalize.dialects.native_request import invalid, unsupported, wrong_type
 
+
 # For an API that wants every function's JSON schema, where OpenAI's may leave it out.
-_NO_PARAMETERS: Final = {"type": "object", "properties": {}}
+def _no_parameters() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
 
 
 def role_error(role: object, where: str, api: str) -> InvalidRequest:
@@ -64,7 +66,7 @@ def function_tool(function: Mapping[str, Any]) -> dict[str, Any]:
     if function.get("description") is not None:
         out["description"] = function["description"]
     parameters = function.get("parameters")
-    out["parameters"] = _NO_PARAMETERS if parameters is None else parameters
+    out["parameters"] = _no_parameters() if parameters is None else parameters
     return {"type": "function", "function": out}
 
 

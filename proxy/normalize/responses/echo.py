@@ -34,9 +34,6 @@ class Echo:
     max_output_tokens: int | None = None
     max_tool_calls: int | None = None
     metadata: dict[str, str] = field(default_factory=dict)
-    # Accepted and without effect (the proxy keeps no responses); the Response schema has no
-    # ``store`` property, so it is not shown.
-    store: bool = True
     truncation: str = "disabled"
     user: str | None = None
     safety_identifier: str | None = None

@@ -154,8 +154,9 @@ def _part(part: object, where: str) -> dict[str, Any]:
             )
         url = params.text(part.get("image_url"), f"{where}.image_url", required=True)
         image: dict[str, Any] = {"url": url}
-        if part.get("detail") in _IMAGE_DETAILS:
-            image["detail"] = part["detail"]
+        detail = params.text(part.get("detail"), f"{where}.detail")
+        if detail in _IMAGE_DETAILS:
+            image["detail"] = detail
         return {"type": "image_url", "image_url": image}
     if kind == "input_file":
         for field in ("file_id", "file_url"):

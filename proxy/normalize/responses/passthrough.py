@@ -123,8 +123,9 @@ def metered_usage(response: dict[str, Any]) -> Usage | None:
         return None
     prompt, completion, total = counts
     assert prompt is not None and completion is not None and total is not None
-    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
-    reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
+    inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
+    cached = inputs.get("cached_tokens") if isinstance(inputs, dict) else None
+    reasoning = outputs.get("reasoning_tokens") if isinstance(outputs, dict) else None
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,

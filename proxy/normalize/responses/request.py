@@ -91,6 +91,20 @@ def refuse_stateful(body: dict[str, Any]) -> None:
         )
 
 
+# Chat request fields the translation writes itself, or that a Response cannot show.
+_CHAT_ONLY: Final = (
+    "messages",
+    "n",
+    "logprobs",
+    "max_tokens",
+    "max_completion_tokens",
+    "response_format",
+    "reasoning_effort",
+    "functions",
+    "function_call",
+)
+
+
 def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
     """The chat completions request for the Responses request ``body``, and what its Response
     echoes; ``InvalidRequest`` (naming the parameter) for what is wrong or cannot be served."""
@@ -109,6 +123,11 @@ def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
     messages = chat_messages(instructions, body.get("input"))
     if not messages:
         raise params.missing("input")
+    for field in _CHAT_ONLY:
+        if body.get(field) is not None:
+            # Chat's own spelling of what the Responses API says its own way (or cannot say:
+            # n > 1, one Response has one output): passed on, it would change the answer.
+            raise unsupported(field, f"'{field}' is not a Responses API parameter")
     chat: dict[str, Any] = {k: v for k, v in body.items() if k not in _RESPONSES_FIELDS}
     chat["model"] = model
     chat["messages"] = messages
@@ -167,6 +186,9 @@ def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
     params.mapping(body.get("stream_options"), "stream_options")  # only include_obfuscation
     params.mapping(body.get("prompt_cache_options"), "prompt_cache_options")  # a cache hint
 
+    # Accepted without effect (the proxy keeps no responses), as long as it is a boolean; the
+    # Response schema has no store property to show it in.
+    params.flag(body.get("store"), "store")
     echo = Echo(
         instructions=instructions,
         tools=echo_tools,
@@ -181,7 +203,6 @@ def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
         max_output_tokens=max_output,
         max_tool_calls=params.integer(body.get("max_tool_calls"), "max_tool_calls", 0),
         metadata=_metadata(body.get("metadata")),
-        store=params.flag(body.get("store"), "store") is not False,
         truncation=params.choice(body.get("truncation"), "truncation", ("auto", "disabled"))
         or "disabled",
         user=user,
