@@ -52,6 +52,8 @@ MODELS = {
     "ollama": ("emu-ollama", "ollama.api-chat.stream.ndjson", "ollama.api-chat.stream.ndjson"),
     # Stalls after its first events; emu-fast gives up after a second of silence.
     "cut": ("emu-fast", "openai.chat.stream.sse@stall-after=600", "openai.chat.stream.sse"),
+    # Its connection breaks after the headers, before any event.
+    "broken": ("emu", "openai.chat.stream.sse@reset-after=1", "openai.chat.stream.sse"),
 }
 TOOLS: Any = [
     {
@@ -248,7 +250,7 @@ def test_a_failure_after_the_first_byte_is_response_failed(client: openai.OpenAI
     assert final.response.status == "failed" and final.response.error.message
 
 
-@pytest.mark.parametrize("model", [m for m in MODELS if not m.endswith("-whole")])
+@pytest.mark.parametrize("model", [m for m in MODELS if not m.endswith("-whole") and m != "broken"])
 async def test_every_event_validates_on_its_named_line_and_there_is_no_done(
     responses_url: str, model: str
 ) -> None:
@@ -403,3 +405,45 @@ async def test_state_is_refused_before_a_passthrough_too(passthrough_url: str) -
     ):
         assert response.status == 400
         assert (await response.json())["error"]["param"] == "previous_response_id"
+
+
+@pytest.mark.parametrize("path", ["/responses", "/chat/completions"])
+async def test_a_failure_before_anything_was_said_is_an_http_error(
+    responses_url: str, path: str
+) -> None:
+    """As for a chat client: an HTTP error (which a retry may yet turn into an answer), not a
+    stream that opens only to fail."""
+    body: dict[str, Any] = {"model": "broken", "stream": True}
+    if path == "/responses":
+        body["input"] = "Hello"
+    else:
+        body["messages"] = [{"role": "user", "content": "Hello"}]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            responses_url + path, json=body, headers={"Authorization": f"Bearer {TEAM_KEY}"}
+        ) as response,
+    ):
+        assert response.status == 502, await response.read()
+        error = (await response.json())["error"]
+    assert error["type"] == "upstream_error"
+
+
+async def test_what_only_the_responses_api_can_say_goes_to_a_provider_serving_it(
+    passthrough_url: str, servers: Servers
+) -> None:
+    """A built-in tool cannot be made a chat request, but a provider serving the Responses API
+    takes it as it came (a model translated to chat refuses it: the test above)."""
+    async with openai.AsyncOpenAI(
+        base_url=passthrough_url, api_key=TEAM_KEY, max_retries=0
+    ) as client:
+        response = await client.responses.create(
+            model="native", input="News?", tools=[{"type": "web_search"}]
+        )
+    assert response.status == "completed"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(servers.emulator_url + "/_emulator/requests") as answer,
+    ):
+        sent = (await answer.json())[-1]
+    assert sent["path"] == "/v1/responses" and sent["json"]["tools"] == [{"type": "web_search"}]

@@ -18,8 +18,11 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from proxy.core.errors import UpstreamProtocolError
+from proxy.core.sse import Event
+from proxy.normalize.fields import RequestContext
 from proxy.normalize.responses import PassthroughEvents, hold_response, shapes
 from proxy.normalize.responses.passthrough import metered_usage
+from proxy.normalize.responses.present import PassthroughStream
 from tests.normalize.responses_shapes import derive
 from tests.schema import validate
 
@@ -361,3 +364,28 @@ def test_a_failure_before_any_response() -> None:
     validate(event, "ResponseStreamEvent")
     assert event["sequence_number"] == 0 and event["response"]["model"] == MODEL
     assert stream.finish() == [] and stream.feed(upstream_stream()[0]) == []
+
+
+def test_a_stream_that_ends_without_its_terminal_event_is_a_failure_told_and_counted() -> None:
+    stream = PassthroughStream(RequestContext(endpoint="responses", model=MODEL, created=5))
+    frames = [f for event in upstream_stream()[:3] for f in stream.feed(Event(orjson.dumps(event)))]
+    assert frames and stream.error is None
+    (last,) = stream.finish()
+    assert b"response.failed" in last
+    assert isinstance(stream.error, UpstreamProtocolError)  # the exchange's failure: counted
+
+
+@pytest.mark.parametrize("details", ["x", [1], 3])
+def test_usage_details_of_the_wrong_type_are_no_counts(details: object) -> None:
+    usage = metered_usage(
+        {
+            "usage": {
+                "input_tokens": 3,
+                "output_tokens": 4,
+                "total_tokens": 7,
+                "input_tokens_details": details,
+                "output_tokens_details": details,
+            }
+        }
+    )
+    assert usage is not None and (usage.cached_tokens, usage.reasoning_tokens) == (0, 0)

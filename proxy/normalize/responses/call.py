@@ -7,12 +7,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest, encode_body, parse_request, read_object
 from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.output import make_id
-from proxy.normalize.responses.request import chat_body
+from proxy.normalize.responses.request import chat_body, refuse_stateful
 
 __all__ = ["ResponsesCall", "passthrough_body", "responses_request"]
 
@@ -21,19 +20,38 @@ __all__ = ["ResponsesCall", "passthrough_body", "responses_request"]
 @dataclass(slots=True)
 class ResponsesCall:
     body: dict[str, Any]  # the client's own request, for a provider serving the API itself
-    echo: Echo
+    echo: Echo | None  # None: it cannot be made a chat request (``refusal`` says why)
     response_id: str  # one per request: every attempt's answer carries the same
     created: int
+    # Why the chat translation refused it: told only to a deployment that needs it.
+    refusal: InvalidRequest | None = None
 
 
 def responses_request(raw: bytes) -> tuple[ClientRequest, ResponsesCall]:
     """The chat request a Responses request body is answered by, and the call's particulars;
-    InvalidRequest for what is wrong or needs a stored response (the proxy keeps none)."""
+    InvalidRequest for what is wrong or needs a stored response (the proxy keeps none).
+
+    What chat cannot say (a built-in tool, a file by id) may still go to a provider serving the
+    Responses API itself: then the request routes by its model and stream alone, and the
+    refusal waits for a deployment that needs the translation."""
     body = read_object(raw)
-    chat, echo = chat_body(body)
+    refuse_stateful(body)
+    made, created = make_id("resp"), int(time.time())
+    try:
+        chat, echo = chat_body(body)
+    except InvalidRequest as exc:
+        return _routing_request(body, exc), ResponsesCall(body, None, made, created, exc)
     # The chat body is checked as any client's: what it says must be a valid chat request.
-    request = parse_request(orjson.dumps(chat), "chat")
-    return request, ResponsesCall(body, echo, make_id("resp"), int(time.time()))
+    request = parse_request(encode_body(chat), "chat")
+    return request, ResponsesCall(body, echo, made, created)
+
+
+def _routing_request(body: dict[str, Any], refusal: InvalidRequest) -> ClientRequest:
+    model, stream = body.get("model"), body.get("stream", False)
+    if not isinstance(model, str) or not model or not isinstance(stream, bool | None):
+        raise refusal
+    stream = bool(stream)
+    return ClientRequest("chat", body, model, stream, stream, None, 1, body.get("input"))
 
 
 def passthrough_body(body: dict[str, Any], upstream_model: str) -> bytes:

@@ -99,6 +99,11 @@ class _PresentedStream:
         return self._present(self._inner.fail(exc))
 
     def _present(self, frames: list[bytes]) -> list[bytes]:
+        if not self._events.started and self._inner.error is not None and len(frames) == 1:
+            # A failure before anything was said: the relay answers it as an HTTP error (and
+            # may try another deployment), as for a chat client, so it is not dressed up as a
+            # Responses stream that would have to begin first.
+            return frames
         out: list[bytes] = []
         for frame in frames:
             out += self._events.frame(frame)
@@ -148,6 +153,11 @@ class PassthroughStream:
         return self._events.feed(payload)
 
     def finish(self) -> list[bytes]:
+        if not self.ended:
+            # Ended without a terminal event: a failure of the upstream's, told and counted.
+            self._error = UpstreamProtocolError(
+                "The upstream's Responses stream ended before it said how the response ended"
+            )
         return self._events.finish()
 
     def fail(self, exc: ProxyError) -> list[bytes]:
