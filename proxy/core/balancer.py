@@ -175,6 +175,18 @@ class AttemptPlan:
             breaker.release()
         return None
 
+    def pass_over(self, now: float) -> bool:
+        """The current deployment cannot take this request at all (its API cannot say what
+        the request asks): leave it out of this plan, give its attempt back, and tell whether
+        another deployment is left to try. It says nothing of the deployment's health."""
+        if self._current is None:
+            return False
+        self.release()
+        self._excluded.add(self._current.index)
+        self._made -= 1
+        self._current = None
+        return self._find(now, take=False) is not None
+
     def release(self) -> None:
         """The current attempt ended without an outcome (cancelled): give back its probe."""
         if self._current is not None and self._pending:

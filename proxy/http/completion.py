@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions and /v1/completions: team → request → model → attempts → relay.
+"""POST /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/responses (and Azure's
+paths for the first three): team → request → model → attempts → relay.
 
 A request is tried on its model's deployments in the order ``balancer.AttemptPlan`` gives,
 until one answers or the plan says stop. Everything before the client's first byte can be
@@ -167,6 +168,12 @@ async def handle_completion(
                 client_request,
                 responses,
             )
+        except _Unservable as unservable:
+            # This deployment's API cannot say what the request asks; another's may.
+            last_error = handled(unservable.refusal)
+            if plan.pass_over(loop.time()):
+                continue
+            raise last_error from None
         except ProxyError as exc:
             # Whatever the upstream said, before it is logged or answered (docs/security.md).
             last_error = runtime.redact.error(handled(exc))
@@ -196,6 +203,15 @@ async def handle_completion(
         f"No upstream is available for model '{model.name}': all its deployments are failing",
         code="no_upstream_available",
     )
+
+
+class _Unservable(Exception):
+    """The refusal of a deployment whose API cannot take the request (an unsupported endpoint
+    or field), which another deployment of the model may take."""
+
+    def __init__(self, refusal: InvalidRequest) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 async def _wait_for_slot(slots: Slots, timer: Deadline, provider: Provider) -> None:
@@ -246,10 +262,12 @@ async def _attempt(
     destination = target.destination(endpoint, deployment.model)
     if destination is None:
         asked = "/v1/responses" if responses is not None else _PATHS[endpoint]
-        raise InvalidRequest(
-            f"The model '{model.name}' does not serve {asked}",
-            param="model",
-            code="unsupported_endpoint",
+        raise _Unservable(
+            InvalidRequest(
+                f"The model '{model.name}' does not serve {asked}",
+                param="model",
+                code="unsupported_endpoint",
+            )
         )
     ctx = RequestContext(
         endpoint=endpoint,
@@ -271,6 +289,9 @@ async def _attempt(
     if responses is not None:
         if passthrough:
             family = PASSTHROUGH
+        elif responses.echo is None:
+            assert responses.refusal is not None
+            raise _Unservable(responses.refusal)  # only a provider serving the API can do it
         else:
             presenter = ResponsesPresenter(
                 responses.echo,
@@ -282,13 +303,17 @@ async def _attempt(
         assert responses is not None
         body = passthrough_body(responses.body, deployment.model)
     elif (dialect.embed_request if endpoint == "embeddings" else dialect.request) is None:
-        # The client's body, as it came but for the model.
+        # The client's body, as it came but for the model: upstream_request's own first case,
+        # without the RequestOptions it would be made for, on the path every chat request takes.
         body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
     else:
         options = RequestOptions(
             deployment.model, provider.stream_usage, model.max_tokens, model.thinking_budgets
         )
-        body = upstream_request(dialect, client_request, options)
+        try:
+            body = upstream_request(dialect, client_request, options)
+        except InvalidRequest as exc:
+            raise _Unservable(exc) from None
     timeouts = provider.timeouts
     assert state.client is not None and state.deadlines is not None
     loop = state.deadlines.loop

@@ -498,3 +498,23 @@ def test_weights_are_ratios() -> None:
         pa = plan_attempts(a, breakers(*["closed"] * 3), NOW, random.Random(seed).random, 3)
         pb = plan_attempts(b, breakers(*["closed"] * 3), NOW, random.Random(seed).random, 3)
         assert [x.index for x in pa] == [x.index for x in pb]
+
+
+def test_a_deployment_passed_over_is_left_out_and_its_attempt_given_back() -> None:
+    """A deployment whose API cannot take the request (pass_over): another is tried, and
+    the refusal counts neither as an attempt nor against the deployment's breaker."""
+    plan, real = plan_for(["closed", "closed"], attempts=2)
+    first = plan.next(NOW)
+    assert first is not None and first.index == 0
+    assert plan.pass_over(NOW) is True
+    tried = [attempt.index for attempt in iter(lambda: plan.next(NOW), None)]
+    assert tried == [1, 1]  # both attempts go to the one left; never back to 0
+    assert [b.state for b in real] == ["closed", "closed"]
+
+
+def test_passing_over_the_last_deployment_leaves_nothing() -> None:
+    plan, real = plan_for(["cooled"])
+    assert plan.next(NOW) is not None  # takes the probe
+    assert plan.pass_over(NOW) is False
+    assert plan.next(NOW) is None
+    assert real[0].state == "half_open" and real[0].allow(NOW)  # the probe given back

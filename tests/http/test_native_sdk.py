@@ -242,3 +242,27 @@ def test_what_the_provider_cannot_do_is_refused(client: openai.OpenAI, model: st
         client.chat.completions.create(model=model, messages=CHAT, logit_bias={"50256": -100})
     assert info.value.status_code == 400
     assert "logit_bias" in str(info.value)
+
+
+def test_a_deployment_that_cannot_take_the_request_hands_it_to_the_next(
+    servers: Servers,
+) -> None:
+    """Anthropic has no seed and no completions: a model deployed there first and on an
+    OpenAI-compatible server second answers both from the second, and its breaker is not
+    told the refusal; a model with no other deployment refuses (the test above)."""
+    mixed = {
+        "deployments": [
+            {"provider": "emu-anthropic", "model": "anthropic", "priority": 0},
+            {"provider": "emu", "model": "openai", "priority": 1},
+        ]
+    }
+    url, _ = servers.start_proxy({"mixed": mixed}, routing={"attempts": 2})
+    chat_text = orjson.loads((GOLDEN / "openai.chat.json.json").read_bytes())["choices"]["0"]
+    with openai.OpenAI(base_url=url, api_key=TEAM_KEY, max_retries=0) as client:
+        answer = client.chat.completions.create(model="mixed", messages=CHAT, seed=1)
+        assert answer.choices[0].message.content == chat_text["content"]
+        completion = client.completions.create(model="mixed", prompt="Hello")
+        assert completion.choices[0].text
+        # Without a seed Anthropic takes it (first by priority).
+        claude = client.chat.completions.create(model="mixed", messages=CHAT)
+        assert claude.id.startswith("msg_")
