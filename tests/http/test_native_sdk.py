@@ -14,8 +14,8 @@ import aiohttp
 import openai
 import orjson
 import pytest
-from pydantic import BaseModel
 
+from tests import recorded
 from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers
 from tests.replay import GOLDEN
 
@@ -77,20 +77,13 @@ MODELS = {
 }
 
 
-class City(BaseModel):
-    city: str
-    population: int
-
-
 def golden_of(model: str) -> dict[str, Any]:
-    data: dict[str, Any] = orjson.loads((GOLDEN / f"{MODELS[model][2]}.json").read_bytes())
-    return data
+    return recorded.golden_of(MODELS, model)
 
 
 @pytest.fixture(scope="module")
 def native_url(servers: Servers) -> str:
-    models = {name: {"provider": p, "model": m} for name, (p, m, _) in MODELS.items()}
-    url, _ = servers.start_proxy(models)
+    url, _ = servers.start_proxy(recorded.models_config(MODELS))
     return url
 
 
@@ -180,15 +173,19 @@ def test_streamed_tool_calls_reach_the_stream_helper(client: openai.OpenAI, mode
     "model", ["claude-json", "claude-json-whole", "gemini-json", "gemini-json-whole"]
 )
 def test_parse_with_a_pydantic_model(client: openai.OpenAI, model: str) -> None:
-    completion = client.chat.completions.parse(model=model, messages=CHAT, response_format=City)
-    assert completion.choices[0].message.parsed == City(city="Paris", population=2102650)
+    completion = client.chat.completions.parse(
+        model=model, messages=CHAT, response_format=recorded.City
+    )
+    assert completion.choices[0].message.parsed == recorded.City(city="Paris", population=2102650)
 
 
 @pytest.mark.parametrize("model", ["claude-json", "gemini-json"])
 def test_parse_through_the_stream_helper(client: openai.OpenAI, model: str) -> None:
-    with client.chat.completions.stream(model=model, messages=CHAT, response_format=City) as stream:
+    with client.chat.completions.stream(
+        model=model, messages=CHAT, response_format=recorded.City
+    ) as stream:
         final = stream.get_final_completion()
-    assert final.choices[0].message.parsed == City(city="Paris", population=2102650)
+    assert final.choices[0].message.parsed == recorded.City(city="Paris", population=2102650)
 
 
 async def test_anthropic_gets_its_own_request(native_url: str, servers: Servers) -> None:

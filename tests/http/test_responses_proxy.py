@@ -14,10 +14,9 @@ import aiohttp
 import openai
 import orjson
 import pytest
-from pydantic import BaseModel
 
+from tests import recorded
 from tests.harness import TEAM_KEY, Servers
-from tests.replay import GOLDEN
 from tests.schema import validate
 
 # A model per recording: (provider, the recording the emulator plays, the golden it is held to).
@@ -69,20 +68,13 @@ TOOLS: Any = [
 ]
 
 
-class City(BaseModel):
-    city: str
-    population: int
-
-
 def golden_of(model: str) -> dict[str, Any]:
-    data: dict[str, Any] = orjson.loads((GOLDEN / f"{MODELS[model][2]}.json").read_bytes())
-    return data
+    return recorded.golden_of(MODELS, model)
 
 
 @pytest.fixture(scope="module")
 def responses_url(servers: Servers) -> str:
-    models = {name: {"provider": p, "model": m} for name, (p, m, _) in MODELS.items()}
-    url, _ = servers.start_proxy(models)
+    url, _ = servers.start_proxy(recorded.models_config(MODELS))
     return url
 
 
@@ -176,8 +168,8 @@ def test_function_calls_come_as_function_call_items(
 
 @pytest.mark.parametrize("model", ["claude-json", "gemini-json-whole"])
 def test_parse_with_a_pydantic_model(client: openai.OpenAI, model: str) -> None:
-    parsed = client.responses.parse(model=model, input="Paris?", text_format=City)
-    assert parsed.output_parsed == City(city="Paris", population=2102650)
+    parsed = client.responses.parse(model=model, input="Paris?", text_format=recorded.City)
+    assert parsed.output_parsed == recorded.City(city="Paris", population=2102650)
 
 
 async def test_the_chat_request_carries_the_translation(

@@ -25,8 +25,8 @@ from pydantic_ai.models import infer_model
 from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
+from tests import recorded
 from tests.harness import TEAM_KEY, Servers
-from tests.replay import GOLDEN
 
 EMBEDDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings"
 MODELS = {
@@ -58,8 +58,7 @@ TOOL_MODELS = ["gpt-tools", "claude-tools", "gemini-tools"]
 
 
 def golden_choice(model: str) -> dict[str, Any]:
-    golden: Any = orjson.loads((GOLDEN / f"{MODELS[model][2]}.json").read_bytes())
-    choice: dict[str, Any] = golden["choices"]["0"]
+    choice: dict[str, Any] = recorded.golden_of(MODELS, model)["choices"]["0"]
     return choice
 
 
