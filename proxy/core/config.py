@@ -28,6 +28,8 @@ from types import MappingProxyType
 from typing import Final
 from urllib.parse import urlsplit
 
+import orjson
+
 from proxy.core.checker import (
     Checker,
     Invalid,
@@ -42,6 +44,7 @@ from proxy.core.checker import (
     text,
 )
 from proxy.core.errors import ConfigError
+from proxy.core.prices import Price, file_prices, parse_prices, price_for
 
 # The native APIs a provider's ``api`` may name besides OpenAI's; each is also its dialect.
 NATIVE_APIS = frozenset({"anthropic", "gemini", "cohere", "ollama", "tgi"})
@@ -58,6 +61,7 @@ THINKING_BUDGETS: Final[Mapping[str, int]] = MappingProxyType(
     {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 )
 _NO_STRINGS: Mapping[str, str] = MappingProxyType({})
+_NO_PRICES: Mapping[tuple[str, str, str], Price] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,8 @@ class Config:
     # Every credential the configuration holds (provider keys, header and query values, team
     # keys given in clear, the metrics token): redacted from whatever an upstream says back.
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    # Each deployment's price, by (model, provider, upstream model); none: its cost is unknown.
+    prices: Mapping[tuple[str, str, str], Price] = field(default_factory=lambda: _NO_PRICES)
 
 
 def key_digest(key: str) -> bytes:
@@ -196,12 +202,22 @@ def hash_key(key: str) -> str:
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """Read, parse and validate the YAML file at ``path``; every failure is a ConfigError."""
-    return parse_config(read_yaml(Path(path)), os.environ if env is None else env)
+    """Read, parse and validate the YAML file at ``path``; every failure is a ConfigError.
+
+    A ``prices_file`` is read relative to the configuration file's folder."""
+    folder = Path(path).parent
+    return parse_config(
+        read_yaml(Path(path)),
+        os.environ if env is None else env,
+        read_file=lambda name: (folder / name).read_bytes(),
+    )
 
 
-def parse_config(raw: object, env: Mapping[str, str]) -> Config:
-    """Validate the YAML-loaded ``raw``, substituting variables from ``env``."""
+def parse_config(
+    raw: object, env: Mapping[str, str], *, read_file: Callable[[str], bytes] | None = None
+) -> Config:
+    """Validate the YAML-loaded ``raw``, substituting variables from ``env``; ``read_file``
+    reads the files it names (a ``prices_file``), the only I/O a configuration asks for."""
     ck = Checker(env)
     root = ck.mapping(raw, "", _TOP_KEYS)
     if root is None:
@@ -223,6 +239,7 @@ def parse_config(raw: object, env: Mapping[str, str]) -> Config:
         secrets += _provider_secrets(ck, provider)
     if metrics.token:
         secrets.append(ck.value(metrics.token, "metrics.token", _secret, ""))
+    prices = _deployment_prices(ck, root, models, providers, read_file)
     if ck.problems:
         raise ConfigError(ck.problems)
     return Config(
@@ -234,7 +251,52 @@ def parse_config(raw: object, env: Mapping[str, str]) -> Config:
         MappingProxyType(teams),
         routing,
         tuple(dict.fromkeys(secret for secret in secrets if secret)),
+        MappingProxyType(prices),
     )
+
+
+def _deployment_prices(
+    ck: Checker,
+    root: Mapping[str, object],
+    models: Mapping[str, Model],
+    providers: Mapping[str, Provider],
+    read_file: Callable[[str], bytes] | None,
+) -> dict[tuple[str, str, str], Price]:
+    explicit = parse_prices(ck, root.get("prices"))
+    from_file: Mapping[str, Price] = {}
+    name = ck.optional(root, "prices_file", "", optional_text, None)
+    if name is not None:
+        from_file = _read_prices_file(ck, name, read_file)
+    prices = {}
+    for model in models.values():
+        for d in model.deployments:
+            provider = providers.get(d.provider)
+            api = provider.api if provider is not None else ""
+            price = price_for(explicit, from_file, model.name, d.model, api)
+            if price is not None:
+                prices[(model.name, d.provider, d.model)] = price
+    return prices
+
+
+def _read_prices_file(
+    ck: Checker, name: str, read_file: Callable[[str], bytes] | None
+) -> Mapping[str, Price]:
+    if read_file is None:
+        ck.fail("prices_file", "cannot be read here (a configuration parsed without its files)")
+        return {}
+    try:
+        data = orjson.loads(read_file(name))
+    except OSError as exc:
+        ck.fail("prices_file", f"cannot be read: {exc.strerror or type(exc).__name__}")
+        return {}
+    except orjson.JSONDecodeError:
+        ck.fail("prices_file", "is not JSON")
+        return {}
+    found = file_prices(data)
+    if isinstance(found, str):
+        ck.fail("prices_file", found)
+        return {}
+    return found
 
 
 def _provider_secrets(ck: Checker, provider: Provider) -> list[str]:
@@ -260,7 +322,17 @@ def _provider_secrets(ck: Checker, provider: Provider) -> list[str]:
 # --- sections ---------------------------------------------------------------------------------
 
 _TOP_KEYS = frozenset(
-    {"server", "metrics", "access_log", "routing", "providers", "models", "teams"}
+    {
+        "server",
+        "metrics",
+        "access_log",
+        "routing",
+        "providers",
+        "models",
+        "teams",
+        "prices",
+        "prices_file",
+    }
 )
 _SERVER_KEYS = frozenset(f.name for f in fields(Server))
 _METRICS_KEYS = frozenset(f.name for f in fields(Metrics))

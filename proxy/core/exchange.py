@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from proxy.core.errors import ProxyError
+from proxy.core.prices import Price
 from proxy.core.usage import Usage
 
 # Label values for requests that never got as far as a configured team, model or provider:
@@ -24,7 +25,7 @@ class Exchange:
     whole loop turn, so a request's overhead read 0 or 1 ms and its waits summed wrongly."""
 
     request_id: str
-    endpoint: str  # "chat", "completions", "models", "other"
+    endpoint: str  # "chat", "completions", "responses", "embeddings", "models", "other"
     started: float  # when the request arrived
     team: str = UNKNOWN_TEAM
     model: str = UNKNOWN_MODEL  # a configured model name, never one a client made up
@@ -38,6 +39,7 @@ class Exchange:
     # (provider, kind) of each failed attempt that was followed by another (fallback or retry)
     retried: list[tuple[str, str]] = field(default_factory=list)
     usage: Usage | None = None
+    price: Price | None = None  # of the deployment that answered; None: unpriced
     fixes: frozenset[str] = frozenset()
     upstream_wait: float = 0.0  # seconds spent waiting for the upstream
     client_wait: float = 0.0  # seconds spent waiting for the client to take what was written
@@ -52,6 +54,13 @@ class Exchange:
     def error_type(self) -> str | None:
         """The OpenAI error type the client saw, if any."""
         return self.failure.error_type if self.failure is not None else None
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What its usage cost, in USD; None when unknown (no usage, or no price)."""
+        if self.usage is None or self.price is None:
+            return None
+        return self.price.cost(self.usage)
 
     @property
     def duration(self) -> float:

@@ -156,6 +156,7 @@ async def handle_completion(
             _circuit(state, model, deployment, "half_open")
         provider = config.providers[deployment.provider]
         exchange.provider = provider.name
+        exchange.price = config.prices.get((model.name, provider.name, deployment.model))
         try:
             response = await _attempt(
                 request,

@@ -3,9 +3,10 @@
 Fields (``access_record``): ts (ISO-8601 UTC, when the request finished), request_id, team,
 model, provider, endpoint, path (the request's, at most 256 characters), stream, status,
 error_type, upstream_error, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens,
-usage_source, duration_s, ttft_s, overhead_s, upstream_s, client_disconnected, fixes. The
-tokens are those the metrics count (``proxy.core.metering.metered_usage``), null when nothing was
-metered. No key, prompt, completion or header is ever written: the ``Exchange`` holds none.
+usage_source, cost_usd, duration_s, ttft_s, overhead_s, upstream_s, client_disconnected,
+fixes. The tokens are those the metrics count (``proxy.core.metering.metered_usage``), null when
+nothing was metered; cost_usd is what they cost by the configured prices, null when the model
+has none. No key, prompt, completion or header is ever written: the ``Exchange`` holds none.
 
 The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
 worker's ``Outlet``, without ``logging``, which cost measurably more and a write(2) per line.
@@ -61,6 +62,8 @@ def access_record(exchange: Exchange, ts: datetime) -> dict[str, Any]:
         "cached_tokens": usage.cached_tokens if usage else None,
         "reasoning_tokens": usage.reasoning_tokens if usage else None,
         "usage_source": usage.source if usage else None,
+        # What it cost by the configured prices; null when unknown (no usage, or no price).
+        "cost_usd": None if usage is None or exchange.price is None else exchange.price.cost(usage),
         "duration_s": _seconds(exchange.duration),
         "ttft_s": _seconds(time_to_first_token(exchange)),
         "overhead_s": _seconds(exchange.overhead),

@@ -154,6 +154,20 @@ class ProxyMetrics(Observer):
                 ("team", "model", "provider", "type", "source"),
             )
         )
+        self.cost = _Children(
+            counter(
+                "llm_proxy_cost_usd_total",
+                "What the tokens used cost, in USD, by the configured prices.",
+                ("team", "model", "provider"),
+            )
+        )
+        self.unpriced = _Children(
+            counter(
+                "llm_proxy_unpriced_requests_total",
+                "Requests that used tokens of a model with no price: their cost is unknown.",
+                ("team", "model", "provider"),
+            )
+        )
         self.duration = _Children(
             histogram(
                 "llm_proxy_request_duration_seconds",
@@ -318,6 +332,13 @@ class ProxyMetrics(Observer):
             for counter, amount in zip(tokens, token_amounts(usage), strict=True):
                 if amount:
                     counts[counter] = counts.get(counter, 0) + amount
+            price = exchange.price
+            if price is None:
+                self._count(self.unpriced(team, model, provider), 1)
+            else:
+                cost = price.cost(usage)
+                if cost:
+                    self._count(self.cost(team, model, provider), cost)
         self._observe(route.duration, exchange.duration)
         self._observe(route.overhead, exchange.overhead)
         ttft = time_to_first_token(exchange)

@@ -147,7 +147,9 @@ def per_worker(directory: Path, name: str, kind: str = "counter") -> dict[int, f
 
 
 def test_exact_totals_for_two_teams_across_two_workers(emulator: Stage, tmp_path: Path) -> None:
-    config = write_config(tmp_path / "proxy.yaml", emulator.emulator_url, MODELS)
+    # gpt has a price (its cost is counted), the others none (unpriced): every metric shows.
+    prices = {"gpt": {"input": 0.15, "output": 0.6}}
+    config = write_config(tmp_path / "proxy.yaml", emulator.emulator_url, MODELS, prices=prices)
     with serve(config, 2, tmp_path / "tmp") as served:
         (directory,) = served.metrics_dirs()
         with fresh_client(served, ALPHA_KEY) as alpha, fresh_client(served, BETA_KEY) as beta:

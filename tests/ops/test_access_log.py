@@ -50,6 +50,7 @@ FIELDS = {
     "cached_tokens",
     "reasoning_tokens",
     "usage_source",
+    "cost_usd",
     "duration_s",
     "ttft_s",
     "overhead_s",
@@ -104,6 +105,7 @@ def test_access_record_fields() -> None:
         "cached_tokens": 3,
         "reasoning_tokens": 1,
         "usage_source": "upstream",
+        "cost_usd": None,  # the model has no price: unknown, never 0
         "duration_s": 1.0,
         "ttft_s": 0.3,
         "overhead_s": 0.25,

@@ -33,6 +33,7 @@ from tests.metrics_support import (
     read_samples,
     stage,
     total,
+    wait_for,
 )
 from tests.tools import promtool
 
@@ -513,3 +514,35 @@ def _samples(registry: CollectorRegistry, name: str) -> list[Sample]:
     return [
         sample for family in registry.collect() for sample in family.samples if sample.name == name
     ]
+
+
+def test_cost_is_counted_from_the_prices_and_unpriced_models_are_told(running: Stage) -> None:
+    """Issue 39, cost: each request's tokens at the model's prices (uncached prompt, cached
+    prompt and completion apart), per team and model; a model with no price is counted as
+    unpriced, never as free."""
+    proxy = running.proxy(
+        {
+            "gpt": {"provider": "emu", "model": "openai"},
+            "llama": {"provider": "emu", "model": "friendli"},
+        },
+        prices={"gpt": {"input": 0.15, "cached_input": 0.075, "output": 0.6}},
+    )
+    with openai.OpenAI(base_url=proxy.url, api_key=ALPHA_KEY, max_retries=0) as client:
+        for _ in range(5):
+            client.chat.completions.create(model="gpt", messages=HELLO)
+        for _ in range(3):
+            client.chat.completions.create(model="llama", messages=HELLO)
+    usage = golden_usage("openai.chat.json")
+    one = (
+        (usage["prompt"] - usage["cached"]) * 0.15
+        + usage["cached"] * 0.075
+        + usage["completion"] * 0.6
+    ) / 1e6
+    assert one > 0
+    wait_for(lambda: proxy.value("llm_proxy_unpriced_requests_total") == 3, "the counts")
+    assert proxy.value("llm_proxy_cost_usd_total", team="alpha", model="gpt") == pytest.approx(
+        5 * one
+    )
+    assert proxy.value("llm_proxy_cost_usd_total", model="llama") == 0
+    assert proxy.value("llm_proxy_unpriced_requests_total", model="llama", team="alpha") == 3
+    assert proxy.value("llm_proxy_unpriced_requests_total", model="gpt") == 0

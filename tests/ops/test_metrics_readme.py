@@ -27,7 +27,7 @@ def running() -> Iterator[Stage]:
 
 def test_docs_list_metrics_with_types_and_labels() -> None:
     table = readme_metrics()
-    assert len(table) == 16
+    assert len(table) == 18
     for name, (kind, labels) in table.items():
         assert name.startswith("llm_proxy_")
         assert kind in ("counter", "gauge", "histogram")
@@ -42,7 +42,9 @@ async def test_docs_match_the_exposition(running: Stage) -> None:
         {
             "llama": {"provider": "emu", "model": "friendli"},
             "cut": {"provider": "emu", "model": "openai.chat.stream.sse@stall-after=2000"},
-        }
+        },
+        # llama's tokens cost something; cut's are unpriced: both series are shown.
+        prices={"llama": {"input": 0.1, "output": 0.4}},
     )
     auth = {"Authorization": f"Bearer {ALPHA_KEY}"}
     async with aiohttp.ClientSession() as session:
