@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -223,3 +224,20 @@ def collector_off() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+async def upstream_requests(servers: Servers) -> list[dict[str, Any]]:
+    """Every request the emulator received (its request log), oldest first."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(servers.emulator_url + "/_emulator/requests") as response,
+    ):
+        return list(await response.json())
+
+
+async def forget_upstream_requests(servers: Servers) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.delete(servers.emulator_url + "/_emulator/requests"),
+    ):
+        pass

@@ -18,7 +18,13 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers
+from tests.harness import (
+    TEAM_KEY,
+    UPSTREAM_SECRET,
+    Servers,
+    forget_upstream_requests,
+    upstream_requests,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings"
 TWO = ["hello", "goodbye"]
@@ -103,23 +109,6 @@ def test_the_sdk_gets_the_upstreams_vectors(
     assert answer.usage.prompt_tokens == answer.usage.total_tokens > 0
 
 
-async def forget(servers: Servers) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.delete(servers.emulator_url + "/_emulator/requests"),
-    ):
-        pass
-
-
-async def last_request(servers: Servers) -> dict[str, Any]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(servers.emulator_url + "/_emulator/requests") as response,
-    ):
-        received: list[dict[str, Any]] = await response.json()
-    return received[-1]
-
-
 @pytest.mark.parametrize(
     ("model", "path", "check"),
     [
@@ -152,12 +141,12 @@ async def last_request(servers: Servers) -> dict[str, Any]:
 async def test_each_upstream_gets_its_own_request(
     embeddings_url: str, servers: Servers, model: str, path: str, check: Any
 ) -> None:
-    await forget(servers)
+    await forget_upstream_requests(servers)
     async with openai.AsyncOpenAI(
         base_url=embeddings_url, api_key=TEAM_KEY, max_retries=0
     ) as client:
         await client.embeddings.create(model=model, input=inputs(model), dimensions=8)
-    sent = await last_request(servers)
+    sent = (await upstream_requests(servers))[-1]
     assert sent["path"] == path
     assert check(sent["json"]), sent["json"]
     headers = sent["headers"]

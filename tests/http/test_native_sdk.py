@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 import openai
 import orjson
 import pytest
 
 from tests import recorded
-from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers
+from tests.harness import (
+    TEAM_KEY,
+    UPSTREAM_SECRET,
+    Servers,
+    forget_upstream_requests,
+    upstream_requests,
+)
 from tests.replay import GOLDEN
 
 TOOLS: Any = [
@@ -95,22 +100,11 @@ def client(native_url: str) -> Iterator[openai.OpenAI]:
 
 async def sent_upstream(servers: Servers) -> dict[str, Any]:
     """The last request the emulator received; then it forgets them all."""
-    async with aiohttp.ClientSession() as session:
-        async with session.get(servers.emulator_url + "/_emulator/requests") as response:
-            received = await response.json()
-        async with session.delete(servers.emulator_url + "/_emulator/requests"):
-            pass
+    received = await upstream_requests(servers)
+    await forget_upstream_requests(servers)
     assert received, "nothing reached the emulator"
     last: dict[str, Any] = received[-1]
     return last
-
-
-async def forget_requests(servers: Servers) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.delete(servers.emulator_url + "/_emulator/requests"),
-    ):
-        pass
 
 
 @pytest.mark.parametrize("model", ["claude", "gemini"])
@@ -189,7 +183,7 @@ def test_parse_through_the_stream_helper(client: openai.OpenAI, model: str) -> N
 
 
 async def test_anthropic_gets_its_own_request(native_url: str, servers: Servers) -> None:
-    await forget_requests(servers)
+    await forget_upstream_requests(servers)
     async with openai.AsyncOpenAI(base_url=native_url, api_key=TEAM_KEY, max_retries=0) as client:
         await client.chat.completions.create(
             model="claude-whole", messages=CHAT, tools=TOOLS, tool_choice="required", stop=["END"]
@@ -213,7 +207,7 @@ async def test_anthropic_gets_its_own_request(native_url: str, servers: Servers)
 
 
 async def test_gemini_gets_its_own_request(native_url: str, servers: Servers) -> None:
-    await forget_requests(servers)
+    await forget_upstream_requests(servers)
     async with openai.AsyncOpenAI(base_url=native_url, api_key=TEAM_KEY, max_retries=0) as client:
         stream = await client.chat.completions.create(
             model="gemini", messages=CHAT, stream=True, temperature=0.5, max_tokens=99

@@ -16,7 +16,7 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY, UPSTREAM_SECRET, Servers
+from tests.harness import SUPPORT_KEY, TEAM_KEY, UPSTREAM_SECRET, Servers, upstream_requests
 from tests.replay import goldens, parse_frames
 from tests.schema import validate
 
@@ -493,14 +493,6 @@ async def test_request_id_is_taken_or_made(proxy_url: str) -> None:
         **{"X-Request-Id": "bad id\t!"},
     )
     assert headers["X-Request-Id"] != "bad id\t!" and len(headers["X-Request-Id"]) == 32
-
-
-async def upstream_requests(servers: Servers) -> list[dict[str, Any]]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(servers.emulator_url + "/_emulator/requests") as response,
-    ):
-        return list(await response.json())
 
 
 async def test_what_goes_upstream(proxy_url: str, servers: Servers) -> None:

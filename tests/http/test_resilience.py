@@ -18,7 +18,14 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import TEAM_KEY, Servers, collector_off, cyclic_garbage_of_ours
+from tests.harness import (
+    TEAM_KEY,
+    Servers,
+    collector_off,
+    cyclic_garbage_of_ours,
+    forget_upstream_requests,
+    upstream_requests,
+)
 from tests.replay import parse_frames
 from tests.schema import validate
 
@@ -36,11 +43,8 @@ async def post(url: str, body: dict[str, Any]) -> tuple[int, Any, bytes]:
 
 async def upstream_models(servers: Servers) -> list[str]:
     """The upstream model of every request the emulator received, oldest first; then forgets."""
-    async with aiohttp.ClientSession() as session:
-        async with session.get(servers.emulator_url + "/_emulator/requests") as response:
-            received = await response.json()
-        async with session.delete(servers.emulator_url + "/_emulator/requests"):
-            pass
+    received = await upstream_requests(servers)
+    await forget_upstream_requests(servers)
     # Some native APIs name the model in the path (Gemini): those requests have no "model".
     return [
         r["json"]["model"]

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from tests import recorded
-from tests.harness import TEAM_KEY, Servers
+from tests.harness import TEAM_KEY, Servers, forget_upstream_requests, upstream_requests
 from tests.schema import validate
 
 # A model per recording: (provider, the recording the emulator plays, the golden it is held to).
@@ -175,11 +175,7 @@ def test_parse_with_a_pydantic_model(client: openai.OpenAI, model: str) -> None:
 async def test_the_chat_request_carries_the_translation(
     responses_url: str, servers: Servers
 ) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.delete(servers.emulator_url + "/_emulator/requests"),
-    ):
-        pass
+    await forget_upstream_requests(servers)
     async with openai.AsyncOpenAI(
         base_url=responses_url, api_key=TEAM_KEY, max_retries=0
     ) as client:
@@ -201,11 +197,7 @@ async def test_the_chat_request_carries_the_translation(
             temperature=0.5,
             store=True,
         )
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(servers.emulator_url + "/_emulator/requests") as response,
-    ):
-        sent = (await response.json())[-1]
+    sent = (await upstream_requests(servers))[-1]
     assert sent["path"] == "/v1/chat/completions"
     body = sent["json"]
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
@@ -361,22 +353,14 @@ def test_a_passed_through_whole_response_reaches_the_sdk(passthrough_url: str) -
 async def test_a_passed_through_request_goes_up_as_it_came(
     passthrough_url: str, servers: Servers
 ) -> None:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.delete(servers.emulator_url + "/_emulator/requests"),
-    ):
-        pass
+    await forget_upstream_requests(servers)
     async with openai.AsyncOpenAI(
         base_url=passthrough_url, api_key=TEAM_KEY, max_retries=0
     ) as client:
         await client.responses.create(
             model="native", input="Hello", reasoning={"effort": "low"}, store=False
         )
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(servers.emulator_url + "/_emulator/requests") as response,
-    ):
-        sent = (await response.json())[-1]
+    sent = (await upstream_requests(servers))[-1]
     assert sent["path"] == "/v1/responses"
     assert sent["json"] == {
         "model": "contract.openai",
@@ -433,9 +417,5 @@ async def test_what_only_the_responses_api_can_say_goes_to_a_provider_serving_it
             model="native", input="News?", tools=[{"type": "web_search"}]
         )
     assert response.status == "completed"
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(servers.emulator_url + "/_emulator/requests") as answer,
-    ):
-        sent = (await answer.json())[-1]
+    sent = (await upstream_requests(servers))[-1]
     assert sent["path"] == "/v1/responses" and sent["json"]["tools"] == [{"type": "web_search"}]
