@@ -44,6 +44,14 @@ from proxy.core.checker import (
     text,
 )
 from proxy.core.errors import ConfigError
+from proxy.core.limits import NO_LIMITS, Limits
+from proxy.core.limits_config import (
+    State,
+    check_usd_budgets,
+    parse_admin,
+    parse_limits,
+    parse_state,
+)
 from proxy.core.prices import Price, file_prices, parse_prices, price_for
 
 # The native APIs a provider's ``api`` may name besides OpenAI's; each is also its dialect.
@@ -118,6 +126,7 @@ class Team:
     name: str
     key_digests: tuple[bytes, ...]
     models: tuple[str, ...]
+    limits: Limits = NO_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +196,9 @@ class Config:
     secrets: tuple[str, ...] = field(default=(), repr=False)
     # Each deployment's price, by (model, provider, upstream model); none: its cost is unknown.
     prices: Mapping[tuple[str, str, str], Price] = field(default_factory=lambda: _NO_PRICES)
+    # Where team limits are counted (docs/limits.md), and the keys of the admin endpoints.
+    state: State = field(default_factory=State)
+    admin_digests: tuple[bytes, ...] = field(default=(), repr=False)
 
 
 def key_digest(key: str) -> bytes:
@@ -235,11 +247,20 @@ def parse_config(
     teams = {
         n: _parse_team(ck, n, v, p, seen_keys, secrets) for n, v, p in ck.section(root, "teams")
     }
+    admin_digests = parse_admin(ck, root.get("admin"), _team_key, seen_keys, secrets)
+    state, state_secrets = parse_state(ck, root.get("state"))
+    secrets += state_secrets
     for provider in providers.values():
         secrets += _provider_secrets(ck, provider)
     if metrics.token:
         secrets.append(ck.value(metrics.token, "metrics.token", _secret, ""))
     prices = _deployment_prices(ck, root, models, providers, read_file)
+    check_usd_budgets(
+        ck,
+        ((t.name, t.limits, t.models) for t in teams.values()),
+        {m.name: [(d.provider, d.model) for d in m.deployments] for m in models.values()},
+        prices,
+    )
     if ck.problems:
         raise ConfigError(ck.problems)
     return Config(
@@ -252,6 +273,8 @@ def parse_config(
         routing,
         tuple(dict.fromkeys(secret for secret in secrets if secret)),
         MappingProxyType(prices),
+        state,
+        admin_digests,
     )
 
 
@@ -332,6 +355,8 @@ _TOP_KEYS = frozenset(
         "teams",
         "prices",
         "prices_file",
+        "state",
+        "admin",
     }
 )
 _SERVER_KEYS = frozenset(f.name for f in fields(Server))
@@ -340,7 +365,7 @@ _TIMEOUT_KEYS = frozenset(f.name for f in fields(Timeouts))
 _PROVIDER_KEYS = frozenset(f.name for f in fields(Provider)) - {"name"}
 _DEPLOYMENT_KEYS = frozenset(f.name for f in fields(Deployment))
 _MODEL_KEYS = frozenset({"deployments", "reasoning", "max_tokens", "thinking_budgets"})
-_TEAM_KEYS = frozenset({"keys", "models"})
+_TEAM_KEYS = frozenset({"keys", "models", "limits"})
 _ROUTING_KEYS = frozenset({"attempts", "backoff", "circuit"})
 _BACKOFF_KEYS = frozenset({"base", "max", "retry_after_max"})
 _CIRCUIT_KEYS = frozenset({"failures", "cooldown", "window", "failure_rate"})
@@ -546,7 +571,8 @@ def _parse_team(
         seen.setdefault(digest, item)
         digests.append(digest)
     models = tuple(glob for _, glob in ck.items(node, "models", path, text))
-    return Team(name, tuple(digests), models)
+    limits = parse_limits(ck, node.get("limits"), join_path(path, "limits"))
+    return Team(name, tuple(digests), models, limits)
 
 
 # --- the readers of this contract's own values (the general ones are in proxy.core.checker) ------

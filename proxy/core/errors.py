@@ -127,8 +127,22 @@ class PermissionDenied(ProxyError):
 
 
 class RateLimited(ProxyError):
+    """A team's limit or budget (``code`` says which); ``retry_after`` seconds go out as
+    Retry-After."""
+
     status = 429
     type = "rate_limit_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.retry_after = retry_after
 
 
 class ServiceUnavailable(ProxyError):

@@ -1,0 +1,372 @@
+"""Team limits (sans-IO): the windows, the reservation a request takes, the one admission
+decision, the settlement, OpenAI's x-ratelimit headers, and ``MemoryStore``, the reference
+semantics every shared store (``proxy.core.limits_lua`` for Redis) implements (docs/limits.md).
+
+Every limit but concurrency is a counter in a fixed UTC window: the epoch minute for requests
+and tokens per minute, the UTC day or month for a budget. A fixed window is one key that every
+process computes alike from the time, so one shared counter per key makes the decision exact
+across workers and replicas; a sliding window would need each process's history. Concurrency is
+a set of leases, each with a deadline, so that a worker that dies holding slots frees them when
+its leases run out instead of never.
+
+Admission checks every counter before it increments any: a refused request takes nothing. USD
+are counted in integer nano-dollars, so that every store adds integers alike (a float sum
+depends on the order of its terms, which differs between processes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Final, Literal, Protocol
+
+from proxy.core.errors import RateLimited
+from proxy.core.prices import Price
+from proxy.core.usage import Usage
+
+Kind = Literal["usd", "tokens"]
+Period = Literal["minute", "day", "month"]
+Code = Literal["requests_per_minute", "tokens_per_minute", "concurrency", "budget"]
+
+NANOS_PER_USD: Final = 1_000_000_000
+# Keys outlive their window by this much: a worker whose clock runs behind the store's still
+# finds the counter it means, rather than a fresh one at 0 (which would reset the window).
+GRACE_SECONDS: Final = 60
+# When nothing says when a slot frees (a request in flight ends when it ends).
+CONCURRENCY_RETRY: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    kind: Kind
+    amount: float  # USD, or tokens
+    period: Literal["day", "month"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    concurrency: int | None = None
+    budget: Budget | None = None
+
+
+NO_LIMITS: Final = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    id: str
+    end: float  # epoch seconds
+
+    def ttl(self, now: float) -> int:
+        """Seconds the window's key is kept from ``now``: to its end, and a grace."""
+        return max(1, math.ceil(self.end - now)) + GRACE_SECONDS
+
+
+def window(period: Period, now: float) -> Window:
+    """The fixed UTC window of ``period`` holding ``now`` (epoch seconds). POSIX time has no
+    leap seconds, so every UTC day is 86400 of them."""
+    if period == "minute":
+        minute = math.floor(now / 60)
+        return Window(str(minute), (minute + 1) * 60.0)
+    if period == "day":
+        day = math.floor(now / 86400)
+        start = datetime.fromtimestamp(day * 86400, UTC)
+        return Window(start.strftime("%Y-%m-%d"), (day + 1) * 86400.0)
+    moment = datetime.fromtimestamp(now, UTC)
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return Window(moment.strftime("%Y-%m"), datetime(year, month, 1, tzinfo=UTC).timestamp())
+
+
+def key_prefix(team: str, counter: str) -> str:
+    # The team in braces is a Redis Cluster hash tag: every key of one team is in one slot, which
+    # a script touching several keys requires. Whatever the team's name holds, all of its keys
+    # share the same braces, so the same slot.
+    return f"lim:{{{team}}}:{counter}"
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One counter that a reservation adds ``amount`` to, if ``used + amount <= limit``."""
+
+    code: Code
+    prefix: str  # the key without its window: the budget's names its kind, lest units mix
+    period: Period
+    window: Window
+    amount: int
+    limit: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.prefix}:{self.window.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One slot of the team's concurrency, held until settled or until ``deadline``."""
+
+    key: str
+    member: str
+    limit: int
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What admission takes for one request; ``tokens`` and ``usd`` are what it may spend."""
+
+    team: str
+    tokens: int
+    usd: float | None
+    charges: tuple[Charge, ...]
+    lease: Lease | None = None
+
+
+def nanos(usd: float) -> int:
+    # Rounded up (less a float's error, so that 0.0003 USD is 300000, not 300001): never less.
+    return max(0, math.ceil(usd * NANOS_PER_USD - 1e-6))
+
+
+def reserve(
+    team: str,
+    limits: Limits,
+    *,
+    prompt_tokens: int,
+    max_tokens: int,
+    price: Price | None,
+    lease_id: str,
+    lease_seconds: float,
+    now: float,
+) -> Reservation:
+    """The reservation of a request: 1 request, its estimated prompt plus ``max_tokens`` (the
+    client's, or the model's ceiling), those tokens at ``price`` (the dearest of the model's
+    deployments) for a USD budget, and a slot for ``lease_seconds`` (its longest duration)."""
+    tokens = prompt_tokens + max_tokens
+    usd = None if price is None else price.cost(Usage(prompt_tokens, max_tokens, tokens))
+    charges: list[Charge] = []
+
+    def add(code: Code, counter: str, period: Period, amount: int, limit: int) -> None:
+        prefix = key_prefix(team, counter)
+        charges.append(Charge(code, prefix, period, window(period, now), amount, limit))
+
+    if limits.requests_per_minute is not None:
+        add("requests_per_minute", "rpm", "minute", 1, limits.requests_per_minute)
+    if limits.tokens_per_minute is not None:
+        add("tokens_per_minute", "tpm", "minute", tokens, limits.tokens_per_minute)
+    budget = limits.budget
+    if budget is not None and budget.kind == "tokens":
+        add("budget", "budget:tokens", budget.period, tokens, int(budget.amount))
+    elif budget is not None:
+        # An unpriced model reserves nothing of a USD budget; the configuration refuses a USD
+        # budget on a team that can reach one (proxy.core.limits_config).
+        add("budget", "budget:usd", budget.period, nanos(usd or 0.0), nanos(budget.amount))
+    lease = None
+    if limits.concurrency is not None:
+        lease = Lease(
+            key_prefix(team, "inflight"), lease_id, limits.concurrency, now + lease_seconds
+        )
+    return Reservation(team, tokens, usd, tuple(charges), lease)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Admission's answer: ``used`` is each charge's counter as it was seen (before this
+    request), ``in_flight`` the leases held; refused, the limit that refused it."""
+
+    admitted: bool
+    used: tuple[int, ...]
+    in_flight: int = 0
+    code: Code | None = None
+    retry_after: int = 0
+    message: str = ""
+
+    def error(self) -> RateLimited:
+        return RateLimited(self.message, code=self.code, retry_after=self.retry_after)
+
+
+_MESSAGES: Final[Mapping[Code, str]] = {
+    "requests_per_minute": "Rate limit reached for requests per minute",
+    "tokens_per_minute": "Rate limit reached for tokens per minute",
+    "concurrency": "Too many requests in flight",
+    "budget": "Budget spent for this period",
+}
+
+
+def admit(reservation: Reservation, used: tuple[int, ...], in_flight: int, now: float) -> Decision:
+    """The decision on ``reservation`` given its counters' values and the leases held.
+
+    Of several limits reached, the one whose wait is longest is reported: retrying after a
+    shorter one's would be refused again."""
+    refusals: list[tuple[int, Code, str]] = []
+    for charge, value in zip(reservation.charges, used, strict=True):
+        if value + charge.amount > charge.limit:
+            wait = max(1, math.ceil(charge.window.end - now))
+            refusals.append((wait, charge.code, _refusal(charge, value)))
+    lease = reservation.lease
+    if lease is not None and in_flight + 1 > lease.limit:
+        refusals.append(
+            (CONCURRENCY_RETRY, "concurrency", f"{_MESSAGES['concurrency']}: limit {lease.limit}")
+        )
+    if not refusals:
+        return Decision(True, used, in_flight)
+    wait, code, message = max(refusals, key=lambda r: r[0])  # max keeps the first of a tie
+    return Decision(False, used, in_flight, code, wait, message)
+
+
+def _refusal(charge: Charge, value: int) -> str:
+    text = f"{_MESSAGES[charge.code]}: limit {charge.limit}, used {value}"
+    if charge.code != "requests_per_minute":
+        unit = "nano-USD" if charge.prefix.endswith("usd") else "tokens"
+        text += f", this request may use {charge.amount} {unit}"
+    if charge.amount > charge.limit:
+        text += " (more than the whole limit: lower max_tokens)"
+    return text
+
+
+# --- settlement --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    key: str
+    delta: int
+    ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    corrections: tuple[Correction, ...]
+    lease: Lease | None
+
+
+def settle(reservation: Reservation, usage: Usage, cost: float | None, now: float) -> Settlement:
+    """The corrections that make a reservation's counters hold what the request spent.
+
+    Each is actual - reserved, so under the reservation it gives back, over it it charges the
+    rest: the whole usage is charged, whatever was reserved. A window that ended while the
+    request ran keeps the reservation; the excess goes to the window ``now`` is in, and a
+    refund is dropped (an ended window admits nothing more). The lease is released."""
+    tokens = usage.prompt_tokens + usage.completion_tokens
+    corrections: list[Correction] = []
+    for charge in reservation.charges:
+        if charge.code == "requests_per_minute":
+            continue
+        if charge.prefix.endswith("usd"):
+            # Unknown cost (an unpriced deployment): the reservation stands, never zero.
+            actual = charge.amount if cost is None else nanos(cost)
+        else:
+            actual = tokens
+        delta = actual - charge.amount
+        current = window(charge.period, now)
+        if current.id != charge.window.id:
+            if delta <= 0:
+                continue
+            charge = replace(charge, window=current)
+        if delta:
+            corrections.append(Correction(charge.key, delta, charge.window.ttl(now)))
+    return Settlement(tuple(corrections), reservation.lease)
+
+
+# --- OpenAI's headers ----------------------------------------------------------------------
+
+
+def duration(seconds: float) -> str:
+    """A duration as OpenAI's x-ratelimit-reset-* spell it (Go's time.Duration): "1s", "6m0s",
+    "1.5s", "20ms", "1h2m3s"; to the millisecond."""
+    ms = max(0, round(seconds * 1000))
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    whole, fraction = divmod(rest, 1000)
+    secs = f"{whole}.{fraction:03d}".rstrip("0") if fraction else str(whole)
+    text = f"{secs}s"
+    if hours or minutes:
+        text = f"{minutes}m{text}"
+    return f"{hours}h{text}" if hours else text
+
+
+_HEADER_NAMES: Final[Mapping[Code, str]] = {
+    "requests_per_minute": "requests",
+    "tokens_per_minute": "tokens",
+}
+
+
+def rate_limit_headers(reservation: Reservation, decision: Decision, now: float) -> dict[str, str]:
+    """x-ratelimit-{limit,remaining,reset}-{requests,tokens} for the team's per-minute limits,
+    as of the decision (an admitted request counted in full)."""
+    headers: dict[str, str] = {}
+    for charge, value in zip(reservation.charges, decision.used, strict=True):
+        name = _HEADER_NAMES.get(charge.code)
+        if name is None:
+            continue
+        taken = value + (charge.amount if decision.admitted else 0)
+        headers[f"x-ratelimit-limit-{name}"] = str(charge.limit)
+        headers[f"x-ratelimit-remaining-{name}"] = str(max(0, charge.limit - taken))
+        headers[f"x-ratelimit-reset-{name}"] = duration(charge.window.end - now)
+    return headers
+
+
+# --- stores --------------------------------------------------------------------------------
+
+
+class LimitStore(Protocol):
+    """Where counters live. ``reserve`` is one atomic step: it reads, decides (``admit``) and,
+    admitted, adds every charge and the lease, or adds nothing."""
+
+    def reserve(self, reservation: Reservation, now: float) -> Decision: ...
+
+    def settle(self, settlement: Settlement, now: float) -> None: ...
+
+    def read(self, key: str, now: float) -> int: ...
+
+
+@dataclass(slots=True)
+class MemoryStore:
+    """The reference store: one process's counters in dicts, expired as their keys would be."""
+
+    counters: dict[str, tuple[int, float]] = field(default_factory=dict)  # key -> value, expiry
+    leases: dict[str, dict[str, float]] = field(default_factory=dict)  # key -> member -> deadline
+
+    def read(self, key: str, now: float) -> int:
+        value, expiry = self.counters.get(key, (0, math.inf))
+        return value if expiry > now else 0
+
+    def in_flight(self, key: str, now: float) -> int:
+        held = self.leases.get(key, {})
+        for member in [m for m, deadline in held.items() if deadline <= now]:
+            del held[member]
+        return len(held)
+
+    def reserve(self, reservation: Reservation, now: float) -> Decision:
+        used = tuple(self.read(c.key, now) for c in reservation.charges)
+        lease = reservation.lease
+        decision = admit(reservation, used, self.in_flight(lease.key, now) if lease else 0, now)
+        if decision.admitted:
+            for charge in reservation.charges:
+                self._add(charge.key, charge.amount, charge.window.ttl(now), now)
+            if lease is not None:
+                self.leases.setdefault(lease.key, {})[lease.member] = lease.deadline
+        return decision
+
+    def settle(self, settlement: Settlement, now: float) -> None:
+        for c in settlement.corrections:
+            self._add(c.key, c.delta, c.ttl, now)
+        if settlement.lease is not None:
+            self.leases.get(settlement.lease.key, {}).pop(settlement.lease.member, None)
+
+    def purge(self, now: float) -> None:
+        """Drop every expired key (a shell calls it now and then; reads ignore them anyway)."""
+        for key in [k for k, (_, expiry) in self.counters.items() if expiry <= now]:
+            del self.counters[key]
+        for key in list(self.leases):
+            if not self.in_flight(key, now):
+                del self.leases[key]
+
+    def _add(self, key: str, delta: int, ttl: int, now: float) -> None:
+        # Never below 0: a refund can only meet its own reservation, but a store that lost a
+        # key (expired early, flushed) must not turn a refund into credit.
+        self.counters[key] = (max(0, self.read(key, now) + delta), now + ttl)

@@ -1,0 +1,170 @@
+"""The configuration of limits (docs/limits.md): ``state``, each team's ``limits``, ``admin``.
+
+    state:  {redis: redis://host:6379/0, on_failure: open}     # absent: each process alone
+    teams:  {t: {..., limits: {requests_per_minute: 600, tokens_per_minute: 200000,
+                               concurrency: 50, budget: {usd: 100, period: month}}}}
+    admin:  {keys: [...]}
+
+Every limit is optional and, given, a positive number: a limit of 0 would refuse everything,
+which is what taking the team out of ``teams`` does. A USD budget on a team that can reach a
+deployment without a price is refused: requests there would cost nothing against it, so the
+budget would not bound what the team spends (give the deployment a price, 0 for one's own
+hardware, or budget tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Literal
+from urllib.parse import urlsplit
+
+from proxy.core.checker import Checker, Invalid, int_reader, join_path, member, text
+from proxy.core.limits import NO_LIMITS, Budget, Limits
+
+OnFailure = Literal["open", "closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """Where limits are counted: ``redis`` shared by every worker and replica, else in each
+    process. ``on_failure``: with Redis unreachable, admit unchecked ("open") or refuse with
+    a 503 ("closed")."""
+
+    redis: str | None = field(default=None, repr=False)  # its URL may hold a password
+    on_failure: OnFailure = "open"
+
+
+STATE_KEYS = frozenset({"redis", "on_failure"})
+LIMIT_KEYS = frozenset({"requests_per_minute", "tokens_per_minute", "concurrency", "budget"})
+BUDGET_KEYS = frozenset({"usd", "tokens", "period"})
+ADMIN_KEYS = frozenset({"keys"})
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+_count = int_reader(1, None, "must be a positive integer")
+_on_failure = member(("open", "closed"), "on_failure", listed=True)
+_period = member(("day", "month"), "period", listed=True)
+
+
+def _usd(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise Invalid("must be a positive number of USD")
+    try:
+        amount = float(value)
+    except ValueError:
+        raise Invalid("must be a positive number of USD") from None
+    if not math.isfinite(amount) or amount <= 0:
+        raise Invalid("must be a positive number of USD")
+    # Counted in nano-USD in doubles (Lua's numbers): exact to 2**53 of them.
+    if amount > 9_000_000:
+        raise Invalid("must be at most 9000000 USD a period")
+    return amount
+
+
+def _redis_url(value: object) -> str:
+    url = text(value)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a property that raises ValueError for a bad port
+    except ValueError:
+        raise Invalid("must be a redis://, rediss:// or unix:// URL") from None
+    if parts.scheme not in _REDIS_SCHEMES or not (parts.hostname or parts.path):
+        raise Invalid("must be a redis://, rediss:// or unix:// URL")
+    return url
+
+
+def parse_state(ck: Checker, raw: object) -> tuple[State, list[str]]:
+    """``state``, and the secret its URL holds (a password), for redaction."""
+    node = ck.mapping(raw, "state", STATE_KEYS) or {}
+    url = ck.optional(node, "redis", "state", _redis_url, None)
+    closed = ck.optional(node, "on_failure", "state", _on_failure, "open") == "closed"
+    if url is None and node.get("on_failure") is not None:
+        ck.fail("state.on_failure", "is only for state.redis (in-process counters cannot fail)")
+    password = urlsplit(url).password if url else None
+    return State(url, "closed" if closed else "open"), [password] if password else []
+
+
+def parse_limits(ck: Checker, raw: object, path: str) -> Limits:
+    """A team's ``limits``."""
+    if raw is None:
+        return NO_LIMITS
+    node = ck.mapping(raw, path, LIMIT_KEYS) or {}
+    return Limits(
+        requests_per_minute=ck.optional(node, "requests_per_minute", path, _count, None),
+        tokens_per_minute=ck.optional(node, "tokens_per_minute", path, _count, None),
+        concurrency=ck.optional(node, "concurrency", path, _count, None),
+        budget=_parse_budget(ck, node.get("budget"), join_path(path, "budget")),
+    )
+
+
+def _parse_budget(ck: Checker, raw: object, path: str) -> Budget | None:
+    node = ck.mapping(raw, path, BUDGET_KEYS)
+    if not node:
+        if node == {} and raw is not None:
+            ck.fail(path, "must give usd or tokens, and period")
+        return None
+    period = ck.require(node, "period", path, _period, "month")
+    given = [kind for kind in ("usd", "tokens") if node.get(kind) is not None]
+    if len(given) != 1:
+        ck.fail(path, "must give one of usd or tokens" if not given else "usd or tokens, not both")
+        return None
+    if given == ["usd"]:
+        amount = ck.require(node, "usd", path, _usd, 0.0)
+        return Budget("usd", amount, "day" if period == "day" else "month") if amount else None
+    tokens = ck.require(node, "tokens", path, _count, 0)
+    return Budget("tokens", tokens, "day" if period == "day" else "month") if tokens else None
+
+
+def parse_admin(
+    ck: Checker,
+    raw: object,
+    read_key: Callable[[object], tuple[str | None, bytes]],
+    seen: dict[bytes, str],
+    secrets: list[str],
+) -> tuple[bytes, ...]:
+    """``admin.keys``' digests; ``seen`` holds every team key's, which none may equal (one
+    key, one role: a team key that were an admin key would let a team manage every team)."""
+    if raw is None:
+        return ()
+    node = ck.mapping(raw, "admin", ADMIN_KEYS)
+    if node is None:
+        return ()
+    digests: list[bytes] = []
+    for item, (key, digest) in ck.items(node, "keys", "admin", read_key):
+        if key is not None:
+            secrets.append(key)
+        if digest in seen:
+            ck.fail(item, f"duplicate key: same as {seen[digest]}")
+        seen.setdefault(digest, item)
+        digests.append(digest)
+    return tuple(digests)
+
+
+def check_usd_budgets(
+    ck: Checker,
+    teams: Iterable[tuple[str, Limits, tuple[str, ...]]],
+    deployments: Mapping[str, Iterable[tuple[str, str]]],
+    priced: Iterable[tuple[str, str, str]],
+) -> None:
+    """Report each USD budget whose team can reach a deployment without a price.
+
+    ``teams``: (name, limits, model globs); ``deployments``: model -> (provider, upstream
+    model) of each; ``priced``: the (model, provider, upstream model) that have a price."""
+    has_price = frozenset(priced)
+    for name, limits, globs in teams:
+        if limits.budget is None or limits.budget.kind != "usd":
+            continue
+        unpriced = sorted(
+            model
+            for model, listed in deployments.items()
+            if any(fnmatchcase(model, glob) for glob in globs)
+            and any((model, *d) not in has_price for d in listed)
+        )
+        if unpriced:
+            ck.fail(
+                f"teams.{name}.limits.budget.usd",
+                f"models without a price for every deployment: {', '.join(unpriced)}"
+                " (give them prices, 0 if free, or budget tokens)",
+            )
