@@ -46,6 +46,8 @@ class Exchange:
     first_token_at: float | None = None  # when the first content byte was sent
     ended: float = 0.0
     client_disconnected: bool = False
+    # Headers every answer to it carries, once it has been admitted (x-ratelimit-*).
+    headers: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.path = self.path[:PATH_MAX]

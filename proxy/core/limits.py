@@ -1,6 +1,6 @@
 """Team limits (sans-IO): the windows, the reservation a request takes, the one admission
-decision, the settlement, OpenAI's x-ratelimit headers, and ``MemoryStore``, the reference
-semantics every shared store (``proxy.core.limits_lua`` for Redis) implements (docs/limits.md).
+decision, the settlement and OpenAI's x-ratelimit headers. The stores' reference
+semantics are in ``proxy.core.limits_store``, which every store implements (docs/limits.md).
 
 Every limit but concurrency is a counter in a fixed UTC window: the epoch minute for requests
 and tokens per minute, the UTC day or month for a budget. A fixed window is one key that every
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Final, Literal, Protocol
+from typing import Final, Literal
 
 from proxy.core.errors import RateLimited
 from proxy.core.prices import Price
-from proxy.core.usage import Usage
+from proxy.core.usage import Usage, estimate_tokens
 
 Kind = Literal["usd", "tokens"]
 Period = Literal["minute", "day", "month"]
@@ -51,6 +51,11 @@ class Limits:
     tokens_per_minute: int | None = None
     concurrency: int | None = None
     budget: Budget | None = None
+
+    @property
+    def checked(self) -> bool:
+        """Any limit at all: a request of the team is admitted by the store."""
+        return self != NO_LIMITS
 
 
 NO_LIMITS: Final = Limits()
@@ -123,6 +128,31 @@ class Reservation:
     usd: float | None
     charges: tuple[Charge, ...]
     lease: Lease | None = None
+
+
+def prompt_estimate(prompt: object) -> int:
+    """The tokens a prompt (messages, a prompt, embeddings' input) is reserved for: its text at
+    about four characters a token (``usage.estimate_tokens``), each token id as one."""
+    chars, tokens = _measure(prompt)
+    return tokens + estimate_tokens(chars)
+
+
+def _measure(value: object) -> tuple[int, int]:
+    if isinstance(value, str):
+        return len(value), 0
+    if isinstance(value, int):
+        return 0, 1
+    chars = tokens = 0
+    if isinstance(value, list):
+        parts: list[object] = value
+    elif isinstance(value, dict):
+        parts = [value[key] for key in ("content", "text", "prompt") if key in value]
+    else:
+        return 0, 0
+    for part in parts:
+        c, t = _measure(part)
+        chars, tokens = chars + c, tokens + t
+    return chars, tokens
 
 
 def nanos(usd: float) -> int:
@@ -308,65 +338,3 @@ def rate_limit_headers(reservation: Reservation, decision: Decision, now: float)
         headers[f"x-ratelimit-remaining-{name}"] = str(max(0, charge.limit - taken))
         headers[f"x-ratelimit-reset-{name}"] = duration(charge.window.end - now)
     return headers
-
-
-# --- stores --------------------------------------------------------------------------------
-
-
-class LimitStore(Protocol):
-    """Where counters live. ``reserve`` is one atomic step: it reads, decides (``admit``) and,
-    admitted, adds every charge and the lease, or adds nothing."""
-
-    def reserve(self, reservation: Reservation, now: float) -> Decision: ...
-
-    def settle(self, settlement: Settlement, now: float) -> None: ...
-
-    def read(self, key: str, now: float) -> int: ...
-
-
-@dataclass(slots=True)
-class MemoryStore:
-    """The reference store: one process's counters in dicts, expired as their keys would be."""
-
-    counters: dict[str, tuple[int, float]] = field(default_factory=dict)  # key -> value, expiry
-    leases: dict[str, dict[str, float]] = field(default_factory=dict)  # key -> member -> deadline
-
-    def read(self, key: str, now: float) -> int:
-        value, expiry = self.counters.get(key, (0, math.inf))
-        return value if expiry > now else 0
-
-    def in_flight(self, key: str, now: float) -> int:
-        held = self.leases.get(key, {})
-        for member in [m for m, deadline in held.items() if deadline <= now]:
-            del held[member]
-        return len(held)
-
-    def reserve(self, reservation: Reservation, now: float) -> Decision:
-        used = tuple(self.read(c.key, now) for c in reservation.charges)
-        lease = reservation.lease
-        decision = admit(reservation, used, self.in_flight(lease.key, now) if lease else 0, now)
-        if decision.admitted:
-            for charge in reservation.charges:
-                self._add(charge.key, charge.amount, charge.window.ttl(now), now)
-            if lease is not None:
-                self.leases.setdefault(lease.key, {})[lease.member] = lease.deadline
-        return decision
-
-    def settle(self, settlement: Settlement, now: float) -> None:
-        for c in settlement.corrections:
-            self._add(c.key, c.delta, c.ttl, now)
-        if settlement.lease is not None:
-            self.leases.get(settlement.lease.key, {}).pop(settlement.lease.member, None)
-
-    def purge(self, now: float) -> None:
-        """Drop every expired key (a shell calls it now and then; reads ignore them anyway)."""
-        for key in [k for k, (_, expiry) in self.counters.items() if expiry <= now]:
-            del self.counters[key]
-        for key in list(self.leases):
-            if not self.in_flight(key, now):
-                del self.leases[key]
-
-    def _add(self, key: str, delta: int, ttl: int, now: float) -> None:
-        # Never below 0: a refund can only meet its own reservation, but a store that lost a
-        # key (expired early, flushed) must not turn a refund into credit.
-        self.counters[key] = (max(0, self.read(key, now) + delta), now + ttl)

@@ -35,15 +35,31 @@ class State:
 
     redis: str | None = field(default=None, repr=False)  # its URL may hold a password
     on_failure: OnFailure = "open"
+    # Seconds a call to Redis may take before it counts as failed: well under a request's.
+    timeout: float = 0.25
 
 
-STATE_KEYS = frozenset({"redis", "on_failure"})
+STATE_KEYS = frozenset({"redis", "on_failure", "timeout"})
 LIMIT_KEYS = frozenset({"requests_per_minute", "tokens_per_minute", "concurrency", "budget"})
 BUDGET_KEYS = frozenset({"usd", "tokens", "period"})
 ADMIN_KEYS = frozenset({"keys"})
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
 _count = int_reader(1, None, "must be a positive integer")
+
+
+def _timeout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise Invalid("must be a number of seconds")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise Invalid("must be a number of seconds") from None
+    if not 0.001 <= seconds <= 5:
+        raise Invalid("must be between 0.001 and 5 seconds (a request must not wait on it)")
+    return seconds
+
+
 _on_failure = member(("open", "closed"), "on_failure", listed=True)
 _period = member(("day", "month"), "period", listed=True)
 
@@ -80,10 +96,12 @@ def parse_state(ck: Checker, raw: object) -> tuple[State, list[str]]:
     node = ck.mapping(raw, "state", STATE_KEYS) or {}
     url = ck.optional(node, "redis", "state", _redis_url, None)
     closed = ck.optional(node, "on_failure", "state", _on_failure, "open") == "closed"
-    if url is None and node.get("on_failure") is not None:
-        ck.fail("state.on_failure", "is only for state.redis (in-process counters cannot fail)")
+    timeout = ck.optional(node, "timeout", "state", _timeout, 0.25)
+    for name in ("on_failure", "timeout"):
+        if url is None and node.get(name) is not None:
+            ck.fail(f"state.{name}", "is only for state.redis (in-process counters cannot fail)")
     password = urlsplit(url).password if url else None
-    return State(url, "closed" if closed else "open"), [password] if password else []
+    return State(url, "closed" if closed else "open", timeout), [password] if password else []
 
 
 def parse_limits(ck: Checker, raw: object, path: str) -> Limits:

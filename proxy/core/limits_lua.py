@@ -1,10 +1,11 @@
 """The Redis scripts of ``proxy.core.limits``, and the KEYS and ARGV the Python side gives them.
 
 Each script is one atomic step on the server (Redis runs a script alone), and does exactly what
-``MemoryStore`` does: ``RESERVE`` checks every counter and the lease set before it adds to any,
-``SETTLE`` corrects counters (never below 0) and frees the lease. Every key gets its TTL when it
-is written, so windows expire on their own. Redis Cluster: every key of one call has the team's
-hash tag (``limits.key_prefix``), so they are in one slot.
+``proxy.core.limits_store.MemoryStore`` does with the same KEYS and ARGV: ``RESERVE`` checks
+every counter and the lease set before it adds to any; ``SETTLE`` corrects counters (never below
+0), frees the lease and adds the request to the usage ledger (``proxy.core.ledger``). Every key
+gets its TTL when it is written, so windows expire on their own. Redis Cluster: every key of one
+call has the team's hash tag (``limits.key_prefix``), so they are in one slot.
 
 Two Lua 5.1 traps: ``GET`` of a missing key gives false, not nil; and a number is a double,
 which ``tostring`` writes as ``1e+15`` past 14 digits, which ``INCRBY`` and ``SET`` would not
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from proxy.core.ledger import Entry
 from proxy.core.limits import Decision, Reservation, Settlement, admit
 
 RESERVE: Final = """
@@ -67,20 +69,35 @@ return {admitted, unpack(used)}
 """
 
 SETTLE: Final = """
--- KEYS[i], i = 1..n: the counters to correct; KEYS[n + 1], if there is one: the lease set.
--- ARGV[1] n; correction i: ARGV[2 * i] delta, ARGV[2 * i + 1] ttl; ARGV[2 * n + 2] member.
+-- KEYS: n counters to correct, then the lease set if ARGV[2] is not '', then h ledger hashes.
+-- ARGV[1] n, ARGV[2] the lease's member or '', ARGV[3] h, ARGV[4] f; correction i:
+-- ARGV[3 + 2 * i] delta, ARGV[4 + 2 * i] ttl; then h ttls, one per hash; then f pairs of
+-- (field, increment), added to every hash (proxy.core.ledger).
 local n = tonumber(ARGV[1])
+local member = ARGV[2]
+local h = tonumber(ARGV[3])
+local f = tonumber(ARGV[4])
 for i = 1, n do
   local key = KEYS[i]
-  local delta = tonumber(ARGV[2 * i])
-  local ttl = ARGV[2 * i + 1]
+  local delta = tonumber(ARGV[3 + 2 * i])
+  local ttl = ARGV[4 + 2 * i]
   local value = tonumber(redis.call('GET', key) or '0')
   redis.call('SET', key, string.format('%d', math.max(0, value + delta)), 'EX', ttl)
 end
-local lease_key = KEYS[n + 1]
-if lease_key then
-  local member = ARGV[2 * n + 2]
+local k = n
+if member ~= '' then
+  local lease_key = KEYS[n + 1]
   redis.call('ZREM', lease_key, member)
+  k = n + 1
+end
+local a = 4 + 2 * n
+for i = 1, h do
+  local hash_key = KEYS[k + i]
+  local hash_ttl = ARGV[a + i]
+  for p = 1, f do
+    redis.call('HINCRBY', hash_key, ARGV[a + h + 2 * p - 1], ARGV[a + h + 2 * p])
+  end
+  redis.call('EXPIRE', hash_key, hash_ttl)
 end
 return n
 """
@@ -111,13 +128,25 @@ def reserve_decision(reservation: Reservation, reply: list[int], now: float) -> 
     return decision
 
 
-def settle_call(settlement: Settlement) -> tuple[list[str], list[str]]:
-    """SETTLE's KEYS and ARGV for ``settlement``."""
+def settle_call(settlement: Settlement, entry: Entry | None) -> tuple[list[str], list[str]]:
+    """SETTLE's KEYS and ARGV for ``settlement`` and the request's ledger ``entry``."""
+    lease = settlement.lease
+    hashes = entry.keys if entry is not None and entry.fields else ()
+    fields = entry.fields if hashes and entry is not None else ()
     keys = [c.key for c in settlement.corrections]
-    args = [str(len(settlement.corrections))]
+    args = [
+        str(len(settlement.corrections)),
+        lease.member if lease is not None else "",
+        str(len(hashes)),
+        str(len(fields)),
+    ]
     for c in settlement.corrections:
         args += [str(c.delta), str(c.ttl)]
-    if settlement.lease is not None:
-        keys.append(settlement.lease.key)
-        args.append(settlement.lease.member)
+    if lease is not None:
+        keys.append(lease.key)
+    if entry is not None and hashes:
+        keys += hashes
+        args += [str(ttl) for ttl in entry.ttls]
+        for name, value in fields:
+            args += [name, str(value)]
     return keys, args

@@ -34,9 +34,11 @@ from proxy.core.errors import (
     to_openai_error,
 )
 from proxy.core.exchange import Exchange
+from proxy.http.admin import handle_admin
 from proxy.http.batch import REPORT_DELAY, Batch
 from proxy.http.completion import handle_completion
 from proxy.http.deadline import Deadlines
+from proxy.http.limiter import Limiter, Shown, store_for
 from proxy.http.pipe import Relays
 from proxy.http.pool import Pool
 from proxy.http.reply import JsonReply
@@ -131,6 +133,29 @@ def _request_id(request: web.BaseRequest, runtime: Runtime) -> str:
     return runtime.rng.getrandbits(128).to_bytes(16).hex()  # quicker than f"{:032x}"
 
 
+class _Events:
+    """The limiter's events, told to every observer."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+
+    def state_changed(self, up: bool) -> None:
+        for observer in self.state.observers:
+            observer.state_changed(up)
+
+    def state_failed(self, operation: str) -> None:
+        for observer in self.state.observers:
+            observer.state_failed(operation)
+
+    def settlements_dropped(self, count: int) -> None:
+        for observer in self.state.observers:
+            observer.settlements_dropped(count)
+
+    def limits_seen(self, shown: Shown) -> None:
+        for observer in self.state.observers:
+            observer.limits_seen(shown)
+
+
 class Gateway:
     """The proxy for one configuration (reloadable through ``state``), with its observers."""
 
@@ -140,8 +165,11 @@ class Gateway:
         *,
         observers: Sequence[Observer] = (),
         extra_routes: Mapping[str, Handler] | None = None,
+        worker_socket: str | None = None,
     ) -> None:
         self.state = State(Runtime.from_config(config), observers=observers)
+        # The supervisor's state store, when this is one of several workers (docs/limits.md).
+        self._worker_socket = worker_socket
         # Paths outside the API, GET (and HEAD) only: probes and /metrics, neither metered nor
         # logged.
         self._routes: dict[str, Handler] = {
@@ -166,6 +194,12 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self.state.deadlines = Deadlines(loop)
         self.state.relays = Relays(loop)
+        # Its store is the one of the configuration it starts with: ``state`` changes only
+        # with a restart.
+        settings = self.state.runtime.config.state
+        limiter = Limiter(store_for(settings, self._worker_socket), settings, _Events(self.state))
+        limiter.start(lambda: self.state.runtime.config.teams.values())
+        self.state.limiter = limiter
         self.state.ready = True
 
     async def close(self) -> None:
@@ -182,6 +216,10 @@ class Gateway:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        if self.state.limiter is not None:
+            # Every request has ended (drained): their settlements are all queued.
+            limiter, self.state.limiter = self.state.limiter, None
+            await limiter.close()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request: an API request under /v1/, else a probe or /metrics."""
@@ -197,6 +235,8 @@ class Gateway:
                 api = ("GET", "models")
             elif path.startswith(_RESPONSES_PREFIX):
                 api = ("", "responses")  # a stored response: the proxy keeps none
+            elif path.startswith("/admin/"):
+                return await self._admin(request)
             elif not path.startswith("/v1/"):
                 return await self._other(request, path)
         state = self.state
@@ -259,6 +299,8 @@ class Gateway:
             self._reports.touch()
         if not response.prepared:
             response.headers["X-Request-Id"] = exchange.request_id
+            if exchange.headers:
+                response.headers.update(exchange.headers)
         return response
 
     async def drain(self, seconds: float) -> None:
@@ -285,6 +327,13 @@ class Gateway:
                 except Exception:
                     # One observer's bug must not cost the other requests their reports.
                     log.exception("observer %s failed on request %s", observer, exchange.request_id)
+
+    async def _admin(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            _allow(request.method, "GET")
+            return await handle_admin(request, self.state)
+        except ProxyError as exc:
+            return error_response(exc, _error_headers(exc))
 
     async def _other(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         handler = self._routes.get(path)

@@ -18,7 +18,7 @@ from typing import Final
 from aiohttp import HttpVersion11, web
 
 from proxy.core.balancer import AttemptPlan
-from proxy.core.config import Deployment, Model, Provider
+from proxy.core.config import Deployment, Model, Provider, Team
 from proxy.core.errors import (
     BodyTooLarge,
     ExpectationFailed,
@@ -30,8 +30,10 @@ from proxy.core.errors import (
     handled,
 )
 from proxy.core.exchange import Exchange
+from proxy.core.limits import Reservation, prompt_estimate
 from proxy.core.request import ClientRequest, parse_request, upstream_body
 from proxy.http.deadline import Deadline
+from proxy.http.limiter import Limiter
 from proxy.http.pool import Slots
 from proxy.http.relay import (
     SENT_AT_ONCE,
@@ -147,62 +149,103 @@ async def handle_completion(
 
     assert state.deadlines is not None  # from the gateway's start to its close
     loop = state.deadlines.loop  # not asyncio.get_running_loop() (see Deadlines.loop)
-    breakers = runtime.breakers[model.name]
-    plan = AttemptPlan(model, breakers, config.routing.policy, runtime.rng.random)
-    last_error: ProxyError | None = None
-    while (attempt := plan.next(loop.time())) is not None:
-        deployment = attempt.deployment
-        if attempt.probe:
-            _circuit(state, model, deployment, "half_open")
-        provider = config.providers[deployment.provider]
-        exchange.provider = provider.name
-        exchange.price = config.prices.get((model.name, provider.name, deployment.model))
-        try:
-            response = await _attempt(
-                request,
-                state,
-                runtime,
-                exchange,
-                model,
-                provider,
-                deployment,
-                client_request,
-                responses,
-            )
-        except _Unservable as unservable:
-            # This deployment's API cannot say what the request asks; another's may.
-            last_error = handled(unservable.refusal)
-            if plan.pass_over(loop.time()):
+    limiter = state.limiter
+    reservation = None
+    if limiter is not None and team.limits.checked:
+        reservation = await _admit(limiter, runtime, team, model, client_request, exchange)
+    try:
+        breakers = runtime.breakers[model.name]
+        plan = AttemptPlan(model, breakers, config.routing.policy, runtime.rng.random)
+        last_error: ProxyError | None = None
+        while (attempt := plan.next(loop.time())) is not None:
+            deployment = attempt.deployment
+            if attempt.probe:
+                _circuit(state, model, deployment, "half_open")
+            provider = config.providers[deployment.provider]
+            exchange.provider = provider.name
+            exchange.price = config.prices.get((model.name, provider.name, deployment.model))
+            try:
+                response = await _attempt(
+                    request,
+                    state,
+                    runtime,
+                    exchange,
+                    model,
+                    provider,
+                    deployment,
+                    client_request,
+                    responses,
+                )
+            except _Unservable as unservable:
+                # This deployment's API cannot say what the request asks; another's may.
+                last_error = handled(unservable.refusal)
+                if plan.pass_over(loop.time()):
+                    continue
+                raise last_error from None
+            except ProxyError as exc:
+                # Whatever the upstream said, before it is logged or answered (docs/security.md).
+                last_error = runtime.redact.error(handled(exc))
+                _circuit(state, model, deployment, plan.report(loop.time(), exc))
+                delay = plan.retry_delay(loop.time(), exc)
+                if delay is None or not isinstance(exc, UpstreamError):
+                    raise
+                exchange.retried.append((provider.name, exc.kind))
+                log.info(
+                    "request %s: %s/%s failed (%s: %s); retrying in %.2f s",
+                    exchange.request_id, provider.name, deployment.model, exc.kind, exc.message,
+                    delay,
+                )  # fmt: skip
+                await asyncio.sleep(delay)
                 continue
-            raise last_error from None
-        except ProxyError as exc:
-            # Whatever the upstream said, before it is logged or answered (docs/security.md).
-            last_error = runtime.redact.error(handled(exc))
-            _circuit(state, model, deployment, plan.report(loop.time(), exc))
-            delay = plan.retry_delay(loop.time(), exc)
-            if delay is None or not isinstance(exc, UpstreamError):
+            except BaseException:
+                plan.release()  # cancelled (the client left): the attempt tells nothing
                 raise
-            exchange.retried.append((provider.name, exc.kind))
-            log.info(
-                "request %s: %s/%s failed (%s: %s); retrying in %.2f s",
-                exchange.request_id, provider.name, deployment.model, exc.kind, exc.message, delay,
-            )  # fmt: skip
-            await asyncio.sleep(delay)
-            continue
-        except BaseException:
-            plan.release()  # cancelled (the client left): the attempt tells nothing
-            raise
-        # A stream that broke after its first byte is the deployment's failure all the same.
-        _circuit(state, model, deployment, plan.report(loop.time(), exchange.failure))
-        if isinstance(response, JsonReply) and len(response.raw) > SENT_AT_ONCE:
-            response.headers["X-Request-Id"] = exchange.request_id
-            await send_large(request, response, exchange, provider.timeouts.idle)
-        return response
-    if last_error is not None:
-        raise last_error
-    raise ServiceUnavailable(
-        f"No upstream is available for model '{model.name}': all its deployments are failing",
-        code="no_upstream_available",
+            # A stream that broke after its first byte is the deployment's failure all the same.
+            _circuit(state, model, deployment, plan.report(loop.time(), exchange.failure))
+            if isinstance(response, JsonReply) and len(response.raw) > SENT_AT_ONCE:
+                response.headers["X-Request-Id"] = exchange.request_id
+                if exchange.headers:
+                    response.headers.update(exchange.headers)
+                await send_large(request, response, exchange, provider.timeouts.idle)
+            return response
+        if last_error is not None:
+            raise last_error
+        raise ServiceUnavailable(
+            f"No upstream is available for model '{model.name}': all its deployments are failing",
+            code="no_upstream_available",
+        )
+    finally:
+        # Whatever the outcome, a client that left included: what it spent is settled.
+        if limiter is not None:
+            limiter.finish(exchange, reservation)
+
+
+async def _admit(
+    limiter: Limiter,
+    runtime: Runtime,
+    team: Team,
+    model: Model,
+    client_request: ClientRequest,
+    exchange: Exchange,
+) -> Reservation | None:
+    """The team's reservation for the request (docs/limits.md): its prompt, estimated, and
+    its ceiling of completion tokens, the client's ``max_tokens`` or else the model's."""
+    limits = team.limits
+    plan = runtime.plans[model.name]
+    ceiling = client_request.max_tokens
+    if client_request.endpoint == "embeddings":
+        ceiling = 0
+    elif ceiling is None:
+        ceiling = model.max_tokens
+    counts_tokens = limits.tokens_per_minute is not None or limits.budget is not None
+    return await limiter.admit(
+        team,
+        exchange,
+        prompt_tokens=prompt_estimate(client_request.prompt) if counts_tokens else 0,
+        max_tokens=ceiling * max(1, client_request.n),
+        price=plan.price,
+        lease_id=runtime.rng.getrandbits(64).to_bytes(8).hex(),
+        lease_seconds=plan.lease_seconds,
     )
 
 
@@ -346,7 +389,7 @@ async def _attempt(
         assert state.relays is not None
         answer = Answer(response, family, ctx, timeouts, deadline, timer, state.relays, presenter)
         if client_request.stream:
-            headers = {"X-Request-Id": exchange.request_id}
+            headers = {"X-Request-Id": exchange.request_id, **(exchange.headers or {})}
             return await relay_stream(request, answer, exchange, headers, state.observers)
         return await relay_whole(answer, exchange)
     finally:

@@ -17,9 +17,11 @@ from proxy.core.auth import KeyRing
 from proxy.core.circuit import CircuitBreaker
 from proxy.core.config import Config, Deployment, Model, Routing
 from proxy.core.exchange import Exchange
+from proxy.core.prices import Price
 from proxy.core.redact import Redactor
 from proxy.core.routing import ModelTable
 from proxy.http.deadline import Deadlines
+from proxy.http.limiter import Limiter, Shown
 from proxy.http.pipe import Relays
 from proxy.http.upstream import Target, UpstreamClient, target_for
 
@@ -54,6 +56,20 @@ class Observer:
         """``count`` lines of log (access or diagnostic) were dropped: the worker's stderr was
         not being read (``proxy.ops.outlet``)."""
 
+    def state_changed(self, up: bool) -> None:
+        """The limits' state store (Redis, or the supervisor's) answers again, or failed."""
+
+    def state_failed(self, operation: str) -> None:
+        """A call to the state store failed (reserve, settle, read)."""
+
+    def settlements_dropped(self, count: int) -> None:
+        """``count`` settlements were lost: the store was down too long, or may have applied
+        them already."""
+
+    def limits_seen(self, shown: Shown) -> None:
+        """The teams' limits as they stand now (``proxy.core.limits_view``), read every
+        ``limiter.GAUGE_SECONDS``."""
+
     def flush(self) -> None:
         """Write out what is held now (a scrape of /metrics is about to read it)."""
 
@@ -63,6 +79,31 @@ class Observer:
 
 def deployment_key(model: Model, deployment: Deployment) -> DeploymentKey:
     return (model.name, deployment.provider, deployment.model)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitPlan:
+    """What admission reserves for a request to one model (docs/limits.md)."""
+
+    # The dearest of its deployments' prices, by each kind of token (None: one has none).
+    price: Price | None
+    # The longest a request may take: every attempt's total timeout, and the waits between.
+    lease_seconds: float
+
+
+def limit_plan(config: Config, model: Model) -> LimitPlan:
+    prices = [config.prices.get(deployment_key(model, d)) for d in model.deployments]
+    price = None
+    if prices and all(p is not None for p in prices):
+        known = [p for p in prices if p is not None]
+        price = Price(
+            max(p.input for p in known),
+            max(p.cached_input for p in known),
+            max(p.output for p in known),
+        )
+    policy = config.routing.policy
+    longest = max(config.providers[d.provider].timeouts.total for d in model.deployments)
+    return LimitPlan(price, longest * policy.attempts + policy.backoff_max * (policy.attempts - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +118,7 @@ class Runtime:
     loaded_at: int
     rng: random.Random = field(default_factory=random.Random)
     redact: Redactor = field(default_factory=lambda: Redactor(()))
+    plans: Mapping[str, LimitPlan] = field(default_factory=dict)  # per model
 
     @classmethod
     def from_config(cls, config: Config, previous: Runtime | None = None) -> Runtime:
@@ -113,6 +155,7 @@ class Runtime:
             int(time.time()),
             rng,
             Redactor(config.secrets),
+            {name: limit_plan(config, model) for name, model in config.models.items()},
         )
 
 
@@ -141,4 +184,5 @@ class State:
     client: UpstreamClient | None = None
     deadlines: Deadlines | None = None  # the running loop's, from start to close
     relays: Relays | None = None  # the running loop's streams with data to relay, likewise
+    limiter: Limiter | None = None  # from the gateway's start to its close
     ready: bool = False

@@ -44,6 +44,7 @@ from proxy.ops.access_log import AccessLog
 from proxy.ops.collector import Collector
 from proxy.ops.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
 from proxy.ops.outlet import Outlet, OutletHandler
+from proxy.ops.state_service import StateService
 
 log = logging.getLogger("proxy.server")
 
@@ -198,11 +199,13 @@ async def serve_worker(
     ready: Callable[[], None] | None = None,
     metrics_dir: str | None = None,
     parent: int | None = None,
+    state_socket: str | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain in-flight requests and stop.
 
     ``metrics_dir`` is the run's multiprocess directory when this is one of several workers,
-    and ``parent`` the pid of their supervisor: when it is gone, the worker stops too.
+    ``parent`` the pid of their supervisor (when it is gone, the worker stops too), and
+    ``state_socket`` where the supervisor's state store listens (``state_service``).
     """
     loaded = _signature(listen.config_path)
     config = load_config(listen.config_path)
@@ -216,6 +219,7 @@ async def serve_worker(
         config,
         observers=make_observers(config, registry, outlet),
         extra_routes=metrics_routes(exposition, metrics.token) if on_main else None,
+        worker_socket=state_socket,
     )
     state = gateway.state
     outlet.on_dropped = partial(_tell_dropped, state.observers)
@@ -340,7 +344,7 @@ def _close_observers(observers: Sequence[Observer]) -> None:
 
 
 # Settings that belong to the listener or the process: a reload cannot change them.
-_RESTART_ONLY = ("server", "metrics", "access_log")
+_RESTART_ONLY = ("server", "metrics", "access_log", "state")
 # What aiohttp's shutdown waits for requests after the gateway's drain: none is left by then.
 _SHUTDOWN_TIMEOUT: Final = 1.0
 # How often a worker checks that its supervisor is still there (``_orphaned``).
@@ -394,7 +398,9 @@ async def _watch(state: State, path: Path, every: float) -> None:
             reload_config(state, path)
 
 
-def _worker_main(listen: Listen, metrics_dir: str, parent: int) -> None:
+def _worker_main(
+    listen: Listen, metrics_dir: str, parent: int, state_socket: str | None = None
+) -> None:
     # Until serve_worker installs its handler, a reload signal must not end the worker (its
     # default action): blocked from the start (the supervisor's mask), and ignored from here;
     # serve_worker then reloads if the file changed meanwhile.
@@ -409,7 +415,11 @@ def _worker_main(listen: Listen, metrics_dir: str, parent: int) -> None:
             with contextlib.suppress(KeyboardInterrupt):
                 run(
                     lambda: serve_worker(
-                        listen, reuse_port=True, metrics_dir=metrics_dir, parent=parent
+                        listen,
+                        reuse_port=True,
+                        metrics_dir=metrics_dir,
+                        parent=parent,
+                        state_socket=state_socket,
                     )
                 )
         except ConfigError as exc:
@@ -438,10 +448,15 @@ def _supervise(listen: Listen) -> int:
     # Its lines (a worker died) through an outlet that never waits: waiting on a stderr nobody
     # reads, the supervisor started no worker in place of a dead one (it says so first), and did
     # not exit on SIGTERM (tests/ops/test_outlet.py).
+    # The workers' shared limits when there is no Redis: served by this process for as long as
+    # the run lasts, whichever worker dies and starts again.
+    service = StateService()
     try:
         with _logging_to(Outlet(2, patient=False), None):
-            return _run_workers(listen, context, metrics_dir)
+            service.start()
+            return _run_workers(listen, context, metrics_dir, service.path)
     finally:
+        service.stop()
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
@@ -479,7 +494,10 @@ class _Slot:
 
 
 def _run_workers(
-    listen: Listen, context: multiprocessing.context.SpawnContext, metrics_dir: str
+    listen: Listen,
+    context: multiprocessing.context.SpawnContext,
+    metrics_dir: str,
+    state_socket: str | None = None,
 ) -> int:
     slots: list[_Slot] = []
     stopping = False
@@ -487,7 +505,9 @@ def _run_workers(
 
     def start_worker() -> multiprocessing.process.BaseProcess:
         process = context.Process(
-            target=_worker_main, args=(listen, metrics_dir, os.getpid()), daemon=False
+            target=_worker_main,
+            args=(listen, metrics_dir, os.getpid(), state_socket),
+            daemon=False,
         )
         # The new process starts with SIGHUP blocked (the mask is inherited) until its handler
         # is in place: a reload sent while it starts must not end it.

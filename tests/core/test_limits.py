@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.errors import to_openai_error
+from proxy.core.ledger import entry
 from proxy.core.limits import (
     GRACE_SECONDS,
     Budget,
     Limits,
-    MemoryStore,
     Reservation,
     admit,
     duration,
@@ -30,6 +30,7 @@ from proxy.core.limits_lua import (
     reserve_decision,
     settle_call,
 )
+from proxy.core.limits_store import MemoryStore
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
 
@@ -163,7 +164,7 @@ def test_a_refused_request_takes_nothing() -> None:
     assert store.reserve(ask(limits, max_tokens=90), T0).admitted
     assert not store.reserve(ask(limits, max_tokens=90, lease="b"), T0).admitted
     r = ask(limits)
-    assert [store.read(c.key, T0) for c in r.charges] == [1, 100]
+    assert [store.value(c.key, T0) for c in r.charges] == [1, 100]
     assert store.in_flight("lim:{t}:inflight", T0) == 1
 
 
@@ -191,8 +192,8 @@ def test_counters_expire_with_their_window() -> None:
     r = ask(Limits(requests_per_minute=1))
     store.reserve(r, T0)
     key = r.charges[0].key
-    assert store.read(key, T0 + 60 + GRACE_SECONDS - 0.001) == 1
-    assert store.read(key, T0 + 60 + GRACE_SECONDS) == 0
+    assert store.value(key, T0 + 60 + GRACE_SECONDS - 0.001) == 1
+    assert store.value(key, T0 + 60 + GRACE_SECONDS) == 0
     store.purge(T0 + 60 + GRACE_SECONDS)
     assert store.counters == {}
     assert store.leases == {}
@@ -225,7 +226,7 @@ def test_settle_makes_counters_hold_the_actual_usage(
     store.reserve(r, T0)
     usage = Usage(prompt, completion, prompt + completion)
     store.settle(settle(r, usage, PRICE.cost(usage), T0 + 5), T0 + 5)
-    assert [store.read(c.key, T0 + 5) for c in r.charges] == [tokens_after, nanos_after]
+    assert [store.value(c.key, T0 + 5) for c in r.charges] == [tokens_after, nanos_after]
     assert store.in_flight("lim:{t}:inflight", T0 + 5) == 0
 
 
@@ -250,7 +251,7 @@ def test_counters_never_go_below_zero() -> None:
     store.reserve(r, T0)
     store.counters.clear()  # a store that lost its key
     store.settle(settle(r, Usage(0, 0, 0), None, T0), T0)
-    assert store.read(r.charges[0].key, T0) == 0
+    assert store.value(r.charges[0].key, T0) == 0
 
 
 @pytest.mark.parametrize("n", [1, 5, 20])
@@ -267,7 +268,7 @@ def test_overshoot_is_bounded_by_what_was_reserved_and_not_known(n: int, excess:
             admitted.append(r)
     for r in admitted:
         store.settle(settle(r, Usage(10, 40 + excess, 50 + excess), None, T0), T0)
-    spent = store.read(admitted[0].charges[0].key, T0)
+    spent = store.value(admitted[0].charges[0].key, T0)
     assert spent == len(admitted) * (50 + excess)  # every token charged
     assert len(admitted) == min(n, budget // 50)
     assert spent - budget <= sum(excess for _ in admitted)
@@ -327,13 +328,20 @@ def _reads(script: str) -> list[tuple[str, str, str]]:
     return reads
 
 
-def _check(script: str, keys: list[str], args: list[str], expected: dict[str, list[str]]) -> None:
+def _check(
+    script: str,
+    keys: list[str],
+    args: list[str],
+    expected: dict[str, list[str]],
+    names: dict[str, int] | None = None,
+) -> None:
     n = int(args[0] if script is SETTLE else args[1])
     seen = set()
     for name, table, index in _reads(script):
         values = expected[name]
         for i, value in enumerate(values, start=1):
-            position = eval(index, {"i": i, "n": n})  # the Lua arithmetic is Python's too
+            # The Lua arithmetic is Python's too; ``names``: the script's other locals.
+            position = eval(index, {"i": i, "n": n, **(names or {})})
             assert (keys if table == "KEYS" else args)[position - 1] == value, (name, i)
         seen.add(name)
     assert seen == set(expected)
@@ -374,20 +382,36 @@ def test_reserve_script_without_a_lease_reads_no_lease() -> None:
 def test_settle_script_reads_what_settle_call_gives() -> None:
     r = ask(Limits(tokens_per_minute=1000, concurrency=2, budget=Budget("tokens", 10**6, "day")))
     s = settle(r, Usage(10, 100, 110), None, T0 + 1)
-    keys, args = settle_call(s)
+    e = entry("t", "gpt", Usage(10, 100, 110), None, T0 + 1)
+    keys, args = settle_call(s, e)
     _check(
         SETTLE,
         keys,
         args,
         {
             "n": ["2"],
+            "member": ["r"],
+            "h": ["2"],
+            "f": [str(len(e.fields))],
             "key": [c.key for c in s.corrections],
             "delta": ["60", "60"],
             "ttl": [str(c.ttl) for c in s.corrections],
             "lease_key": ["lim:{t}:inflight"],
-            "member": ["r"],
+            "hash_key": list(e.keys),
+            "hash_ttl": [str(ttl) for ttl in e.ttls],
         },
+        {"k": 3, "a": 4 + 2 * 2},
     )
+    fields = args[4 + 2 * 2 + 2 :]
+    assert fields == [item for name, value in e.fields for item in (name, str(value))]
+
+
+def test_settle_script_without_a_lease_or_entry_reads_neither() -> None:
+    s = settle(ask(Limits(tokens_per_minute=1000)), Usage(1, 2, 3), None, T0 + 1)
+    keys, args = settle_call(s, None)
+    assert keys == [s.corrections[0].key]
+    c = s.corrections[0]
+    assert args == ["1", "", "0", "0", str(c.delta), str(c.ttl)]
 
 
 def test_reserve_decision_reads_the_scripts_reply() -> None:
@@ -432,6 +456,6 @@ def test_any_interleaving_keeps_counters_sane(steps: list[tuple[str, int, int, i
             excess += max(0, nanos(PRICE.cost(usage)) - r.charges[2].amount)
         assert all(value >= 0 for value, _ in store.counters.values())
         # The overshoot bound: the budget is passed by no more than what was not reserved.
-        assert store.read("lim:{t}:budget:usd:2025-06-14", now) <= nanos(0.002) + excess
+        assert store.value("lim:{t}:budget:usd:2025-06-14", now) <= nanos(0.002) + excess
         assert store.in_flight("lim:{t}:inflight", now) <= 3
         assert all(count <= 4 for count in admitted_per_minute.values())

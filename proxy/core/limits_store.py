@@ -1,0 +1,143 @@
+"""``MemoryStore``: the reference semantics of the limit store, in one process's dicts.
+
+It takes the very KEYS and ARGV that ``proxy.core.limits_lua`` gives Redis's scripts and does
+what they do, so that one encoding serves every store and the tests of one hold for the other.
+It serves a single worker directly, and the workers of one server through their supervisor
+(``proxy.ops.state_service``), which answers ``call``: one message in, one reply out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.core.ledger import Entry
+from proxy.core.limits import Decision, Reservation, Settlement
+from proxy.core.limits_lua import reserve_call, reserve_decision, settle_call
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a read saw: each counter's value, each lease set's live leases, each hash."""
+
+    values: tuple[int, ...]
+    in_flight: tuple[int, ...]
+    hashes: tuple[dict[str, int], ...]
+
+
+@dataclass(slots=True)
+class MemoryStore:
+    counters: dict[str, tuple[int, float]] = field(default_factory=dict)  # key -> value, expiry
+    leases: dict[str, dict[str, float]] = field(default_factory=dict)  # key -> member -> deadline
+    hashes: dict[str, tuple[dict[str, int], float]] = field(default_factory=dict)
+
+    # --- the scripts ---------------------------------------------------------------------
+
+    def eval_reserve(self, keys: Sequence[str], args: Sequence[str]) -> list[int]:
+        """RESERVE (``limits_lua``): its reply."""
+        now = float(args[0])
+        n = int(args[1])
+        used = [self.value(keys[i], now) for i in range(n)]
+        admitted = all(used[i] + int(args[2 + 3 * i]) <= int(args[3 + 3 * i]) for i in range(n))
+        lease_key = keys[n] if len(keys) > n else None
+        in_flight = 0
+        if lease_key is not None:
+            in_flight = self.in_flight(lease_key, now)
+            admitted = admitted and in_flight + 1 <= int(args[3 + 3 * n])
+        if admitted:
+            for i in range(n):
+                self._add(keys[i], int(args[2 + 3 * i]), int(args[4 + 3 * i]), now)
+            if lease_key is not None:
+                self.leases.setdefault(lease_key, {})[args[2 + 3 * n]] = float(args[4 + 3 * n])
+        return [int(admitted), *used, in_flight]
+
+    def eval_settle(self, keys: Sequence[str], args: Sequence[str], now: float) -> None:
+        """SETTLE (``limits_lua``), at ``now`` (for the keys' expiry, as Redis's clock)."""
+        n, member, h, f = int(args[0]), args[1], int(args[2]), int(args[3])
+        for i in range(n):
+            key = keys[i]
+            value = self.value(key, now) + int(args[4 + 2 * i])
+            self.counters[key] = (max(0, value), now + int(args[5 + 2 * i]))
+        k = n
+        if member:
+            self.leases.get(keys[k], {}).pop(member, None)
+            k += 1
+        a = 4 + 2 * n
+        pairs = [(args[a + h + 2 * i], int(args[a + h + 2 * i + 1])) for i in range(f)]
+        for j in range(h):
+            key = keys[k + j]
+            fields, expiry = self.hashes.get(key, ({}, math.inf))
+            if expiry <= now:
+                fields = {}
+            for name, increment in pairs:
+                fields[name] = fields.get(name, 0) + increment
+            self.hashes[key] = (fields, now + int(args[a + j]))
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def value(self, key: str, now: float) -> int:
+        value, expiry = self.counters.get(key, (0, math.inf))
+        return value if expiry > now else 0
+
+    def in_flight(self, key: str, now: float) -> int:
+        held = self.leases.get(key, {})
+        for member in [m for m, deadline in held.items() if deadline <= now]:
+            del held[member]
+        return len(held)
+
+    def read(
+        self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
+    ) -> Snapshot:
+        found = []
+        for key in hashes:
+            fields, expiry = self.hashes.get(key, ({}, math.inf))
+            found.append(dict(fields) if expiry > now else {})
+        return Snapshot(
+            tuple(self.value(key, now) for key in counters),
+            tuple(self.in_flight(key, now) for key in leases),
+            tuple(found),
+        )
+
+    def purge(self, now: float) -> None:
+        """Drop every expired key (the owner calls it now and then; reads ignore them anyway)."""
+        for key in [k for k, (_, expiry) in self.counters.items() if expiry <= now]:
+            del self.counters[key]
+        for key in list(self.leases):
+            if not self.in_flight(key, now):
+                del self.leases[key]
+        for key in [k for k, (_, expiry) in self.hashes.items() if expiry <= now]:
+            del self.hashes[key]
+
+    def _add(self, key: str, delta: int, ttl: int, now: float) -> None:
+        self.counters[key] = (self.value(key, now) + delta, now + ttl)
+
+    # --- the same, by reservation and settlement -------------------------------------------
+
+    def reserve(self, reservation: Reservation, now: float) -> Decision:
+        reply = self.eval_reserve(*reserve_call(reservation, now))
+        return reserve_decision(reservation, reply, now)
+
+    def settle(self, settlement: Settlement, now: float, entry: Entry | None = None) -> None:
+        self.eval_settle(*settle_call(settlement, entry), now)
+
+    # --- one message of the supervisor's protocol ------------------------------------------
+
+    def call(self, message: Sequence[Any], now: float) -> object:
+        """``["reserve", keys, args]``, ``["settle", keys, args]`` or ``["read", counters,
+        leases, hashes, now]``: the reply to send back. A malformed message raises
+        ``ValueError`` (the caller answers it as an error)."""
+        try:
+            op = message[0]
+            if op == "reserve":
+                return self.eval_reserve(message[1], message[2])
+            if op == "settle":
+                self.eval_settle(message[1], message[2], now)
+                return None
+            if op == "read":
+                snapshot = self.read(message[1], message[2], message[3], float(message[4]))
+                return [snapshot.values, snapshot.in_flight, snapshot.hashes]
+        except (IndexError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed limit store message: {exc}") from None
+        raise ValueError(f"unknown limit store operation: {op!r}")

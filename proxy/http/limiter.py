@@ -1,0 +1,268 @@
+"""``Limiter``: a worker's side of team limits, budgets and the usage ledger (docs/limits.md).
+
+Admission reserves in the store (one atomic call) before a request goes upstream; ``finish``
+settles what it spent once it has ended, off the request's path: settlements queue, and one
+task sends them in batches. A store that fails is left alone for ``RETRY_SECONDS`` (no request
+waits on it meanwhile) while ``state.on_failure`` decides: open admits unchecked, closed answers
+503. Settlements made meanwhile wait in the queue and go out once it answers again; those whose
+call timed out are not sent again, since the store may have applied them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, Protocol
+
+from proxy.core.config import Team
+from proxy.core.errors import ServiceUnavailable
+from proxy.core.exchange import Exchange
+from proxy.core.ledger import PeriodKind, entry, ledger_key, report
+from proxy.core.limits import (
+    Reservation,
+    Settlement,
+    rate_limit_headers,
+    reserve,
+    settle,
+)
+from proxy.core.limits_config import State
+from proxy.core.limits_lua import reserve_call, reserve_decision, settle_call
+from proxy.core.limits_view import probe, view
+from proxy.core.prices import Price
+from proxy.core.usage import Usage
+from proxy.http.stores import LocalStore, RedisStore, Store, StoreUnavailable, WorkerStore
+
+log = logging.getLogger("proxy.limits")
+
+# After a failure, how long the store is left alone before a call tries it again.
+RETRY_SECONDS: Final = 1.0
+# Settlements sent in one batch, and the most that wait for a store that is down (the oldest
+# are dropped beyond it, and said so).
+BATCH: Final = 256
+QUEUE_MAX: Final = 100_000
+# How often the remaining allowances are read for the gauges.
+GAUGE_SECONDS: Final = 15.0
+_NO_SETTLEMENT: Final = Settlement((), None)
+
+Shown = Mapping[str, Mapping[str, Mapping[str, object]]]  # team -> limit -> its figures
+
+
+class Events(Protocol):
+    """What the limiter tells the observers (``proxy.http.state.Observer``)."""
+
+    def state_changed(self, up: bool) -> None: ...
+
+    def state_failed(self, operation: str) -> None: ...
+
+    def settlements_dropped(self, count: int) -> None: ...
+
+    def limits_seen(self, shown: Shown) -> None: ...
+
+
+def store_for(state: State, worker_socket: str | None) -> Store:
+    """Redis when configured; else the supervisor's store when there are several workers;
+    else this process's."""
+    if state.redis is not None:
+        return RedisStore(state.redis, state.timeout)
+    if worker_socket is not None:
+        return WorkerStore(worker_socket, state.timeout)
+    return LocalStore()
+
+
+class Limiter:
+    def __init__(self, store: Store, state: State, events: Events) -> None:
+        self.store = store
+        self.state = state
+        self.events = events
+        self.up = True
+        self._retry_at = 0.0
+        self._queue: collections.deque[tuple[list[str], list[str]]] = collections.deque()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._local = store if isinstance(store, LocalStore) else None
+
+    def start(self, teams: Callable[[], Iterable[Team]]) -> None:
+        if self._local is None:
+            self._tasks.append(asyncio.create_task(self._send_settlements()))
+        self._tasks.append(asyncio.create_task(self._watch_gauges(teams)))
+
+    async def close(self) -> None:
+        """Send what is still queued (within the store's timeout), then close the store."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._queue and self._usable():
+            with contextlib.suppress(StoreUnavailable):
+                await self._send_batches()
+        if self._queue:
+            log.warning("%d settlements were not sent: the state store is down", len(self._queue))
+        await self.store.close()
+
+    # --- admission and settlement -----------------------------------------------------------
+
+    async def admit(
+        self,
+        team: Team,
+        exchange: Exchange,
+        *,
+        prompt_tokens: int,
+        max_tokens: int,
+        price: Price | None,
+        lease_id: str,
+        lease_seconds: float,
+    ) -> Reservation | None:
+        """The request's reservation, or None when it is admitted unchecked (the store is
+        down and on_failure is open). Over a limit: ``RateLimited``; the store down and
+        on_failure closed: ``ServiceUnavailable``. Sets the x-ratelimit headers."""
+        now = time.time()
+        reservation = reserve(
+            team.name,
+            team.limits,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            price=price,
+            lease_id=lease_id,
+            lease_seconds=lease_seconds,
+            now=now,
+        )
+        if not self._usable():
+            self._unchecked()
+            return None
+        try:
+            reply = await self.store.reserve(*reserve_call(reservation, now))
+        except StoreUnavailable as exc:
+            self._failed("reserve", exc)
+            self._unchecked()
+            return None
+        self._answered()
+        decision = reserve_decision(reservation, reply, now)
+        headers = rate_limit_headers(reservation, decision, now)
+        if headers:
+            exchange.headers = headers
+        if not decision.admitted:
+            raise decision.error()
+        return reservation
+
+    def finish(self, exchange: Exchange, reservation: Reservation | None) -> None:
+        """Settle an ended request: its reservation, and its line in the ledger."""
+        now = time.time()
+        usage = exchange.usage
+        settlement = _NO_SETTLEMENT
+        if reservation is not None:
+            # No usage: nothing was spent (refused upstream, or never sent).
+            cost = exchange.cost_usd if usage is not None else 0.0
+            settlement = settle(reservation, usage or Usage(), cost, now)
+        line = entry(exchange.team, exchange.model, usage, exchange.cost_usd, now)
+        call = settle_call(settlement, line)
+        if self._local is not None:
+            self._local.settle_now(*call)
+            return
+        if len(self._queue) >= QUEUE_MAX:
+            self._queue.popleft()
+            self.events.settlements_dropped(1)
+        self._queue.append(call)
+        self._wake.set()
+
+    def _unchecked(self) -> None:
+        """Admitted unchecked (on_failure open), or refused (closed)."""
+        if self.state.on_failure == "closed":
+            raise ServiceUnavailable(
+                "Team limits cannot be checked now: the state store is unreachable",
+                code="limits_unavailable",
+            )
+
+    # --- the store's health -------------------------------------------------------------------
+
+    def _usable(self) -> bool:
+        return self.up or time.monotonic() >= self._retry_at
+
+    def _failed(self, operation: str, exc: StoreUnavailable) -> None:
+        self._retry_at = time.monotonic() + RETRY_SECONDS
+        self.events.state_failed(operation)
+        if self.up:
+            self.up = False
+            log.warning(
+                "state store (%s) failed on %s: %s; requests are %s until it answers",
+                self.store.kind,
+                operation,
+                exc,
+                "admitted unchecked" if self.state.on_failure == "open" else "refused (503)",
+            )
+            self.events.state_changed(False)
+
+    def _answered(self) -> None:
+        if not self.up:
+            self.up = True
+            log.warning("state store (%s) answers again; limits are enforced", self.store.kind)
+            self.events.state_changed(True)
+            self._wake.set()
+
+    async def _send_settlements(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                if not self._usable():
+                    await asyncio.sleep(max(0.0, self._retry_at - time.monotonic()))
+                try:
+                    await self._send_batches()
+                except StoreUnavailable as exc:
+                    self._failed("settle", exc)
+
+    async def _send_batches(self) -> None:
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
+            try:
+                await self.store.settle_many(batch)
+            except StoreUnavailable as exc:
+                if not exc.sent:
+                    self._queue.extendleft(reversed(batch))
+                else:
+                    self.events.settlements_dropped(len(batch))
+                raise
+            self._answered()
+
+    # --- reads: /admin/limits, /admin/usage, the gauges ---------------------------------------
+
+    async def limits(self, teams: Sequence[Team]) -> dict[str, dict[str, dict[str, object]]]:
+        """Each limited team's limits now (``limits_view``); ``StoreUnavailable`` if the
+        store cannot say."""
+        now = time.time()
+        probes = [probe(team.name, team.limits, now) for team in teams if team.limits.checked]
+        counters = [key for p in probes for key in p.counters]
+        leases = [p.lease for p in probes if p.lease is not None]
+        snapshot = await self.store.read(counters, leases, (), now)
+        values, in_flight = iter(snapshot.values), iter(snapshot.in_flight)
+        shown = {}
+        for p in probes:
+            found = tuple(next(values) for _ in p.counters)
+            shown[p.team] = view(p, found, next(in_flight) if p.lease else 0)
+        return shown
+
+    async def usage(
+        self, teams: Sequence[str], kind: PeriodKind, period: str
+    ) -> dict[str, dict[str, dict[str, int | float]]]:
+        """Each team's ledger for the day or month ``period``, by model."""
+        keys = [ledger_key(team, kind, period) for team in teams]
+        snapshot = await self.store.read((), (), keys, time.time())
+        return {team: report(found) for team, found in zip(teams, snapshot.hashes, strict=True)}
+
+    async def _watch_gauges(self, teams: Callable[[], Iterable[Team]]) -> None:
+        while True:
+            limited = [team for team in teams() if team.limits.checked]
+            if limited and self._usable():
+                try:
+                    shown = await self.limits(limited)
+                except StoreUnavailable as exc:
+                    self._failed("read", exc)
+                else:
+                    self._answered()
+                    self.events.limits_seen(shown)
+            await asyncio.sleep(GAUGE_SECONDS)
