@@ -19,6 +19,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -252,12 +253,21 @@ class RedisStore:
             async with asyncio.timeout(self.timeout):
                 return await call
         except TimeoutError:
+            await self._reconnect()
             raise StoreUnavailable("Redis: timed out", sent=True) from None
         except (RedisError, OSError) as exc:
             # A reply that timed out at the socket is the same as ours; the rest (refused,
             # reset, an error reply) is taken as not applied.
             sent = isinstance(exc, RedisTimeoutError)
+            if isinstance(exc, RedisConnectionError | OSError):
+                await self._reconnect()
             raise StoreUnavailable(f"Redis: {exc}", sent=sent) from None
+
+    async def _reconnect(self) -> None:
+        # The pool's other connections went down with the one that failed (a restarted
+        # server): every call would fail once on one of them after it is back.
+        with contextlib.suppress(RedisError, OSError):
+            await self.redis.connection_pool.disconnect()
 
     async def close(self) -> None:
         with contextlib.suppress(RedisError, OSError):

@@ -42,6 +42,7 @@ from proxy.http.app import Gateway, Observer, Runtime, State
 from proxy.http.reply import JsonReply
 from proxy.ops.access_log import AccessLog
 from proxy.ops.collector import Collector
+from proxy.ops.limit_metrics import LimitMetrics
 from proxy.ops.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
 from proxy.ops.outlet import Outlet, OutletHandler
 from proxy.ops.state_service import StateService
@@ -82,6 +83,7 @@ def make_observers(
             for deployment in model.deployments
         ]
         observers.append(ProxyMetrics(registry, config.providers, deployments))
+        observers.append(LimitMetrics(registry, config.teams.values()))
     if config.access_log:
         observers.append(AccessLog(outlet if outlet is not None else Outlet(2)))
     return observers
