@@ -85,11 +85,15 @@ def start_ours(
     out: Path,
     source: Path | None = None,
     name: str = "ours",
+    limits: str = "",
+    state: str = "",
 ) -> Gateway:
     """``llm-proxy serve`` in front of nginx; ``source``: a checkout whose ``proxy`` package
-    to run instead of the installed one (bench/ab.py compares two)."""
+    to run instead of the installed one (bench/ab.py compares two); ``limits``, ``state``: the
+    bench team's limits and the state store, as YAML flow mappings (bench/limits.py)."""
     port = free_port()
     config = out / f"{name}.yaml"
+    team_limits = f", limits: {limits}" if limits else ""
     lines = [
         f"server: {{host: 127.0.0.1, port: {port}, workers: {workers}, drain_seconds: 5}}",
         "metrics: {enabled: true}",
@@ -101,7 +105,8 @@ def start_ours(
         ),
         "models:",
         *(f"  bench-{k}: {{provider: {k}, model: bench}}" for k in KINDS),
-        f"teams: {{bench: {{keys: [{KEY}], models: ['*']}}}}",
+        f"teams: {{bench: {{keys: [{KEY}], models: ['*']{team_limits}}}}}",
+        *([f"state: {state}"] if state else []),
     ]
     config.write_text("\n".join(lines) + "\n")
     # The access log (stderr) goes to a file: run.py reads every status in it afterwards.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from proxy.core.limits import NANOS_PER_USD, nanos, window
+from proxy.core.limits import NANOS_PER_USD, Windows, nanos, window
 from proxy.core.usage import Usage
 
 COUNTERS: Final = (
@@ -51,23 +51,48 @@ def ledger_key(team: str, kind: PeriodKind, period: str) -> str:
 def entry(team: str, model: str, usage: Usage | None, cost: float | None, now: float) -> Entry:
     """The increments of one request of ``team`` to ``model`` that ended at ``now``: its usage
     (none: it spent nothing, as a request refused upstream), and its cost (None: unpriced)."""
-    used = usage if usage is not None else Usage()
-    counts = {
-        "requests": 1,
-        "prompt_tokens": used.prompt_tokens,
-        "cached_tokens": used.cached_tokens,
-        "completion_tokens": used.completion_tokens,
-        "reasoning_tokens": used.reasoning_tokens,
-        "cost_nanos": nanos(cost) if cost is not None else 0,
-        "unpriced_requests": 1 if cost is None and usage is not None else 0,
-    }
-    fields = tuple((f"{model}|{name}", value) for name, value in counts.items() if value)
-    day, month = window("day", now).id, window("month", now).id
-    return Entry(
-        (ledger_key(team, "day", day), ledger_key(team, "month", month)),
-        (DAY_TTL, MONTH_TTL),
-        fields,
-    )
+    return Ledger(Windows()).entry(team, model, usage, cost, now)
+
+
+class Ledger:
+    """Makes entries, with what repeats from one to the next kept: the day's and month's keys
+    of each team, and each model's field names (teams and models are the configured ones)."""
+
+    __slots__ = ("_fields", "_keys", "_windows")
+
+    def __init__(self, windows: Windows) -> None:
+        self._windows = windows
+        self._keys: dict[str, tuple[str, str, tuple[str, str]]] = {}  # team -> day, month, keys
+        self._fields: dict[str, tuple[str, ...]] = {}
+
+    def entry(
+        self, team: str, model: str, usage: Usage | None, cost: float | None, now: float
+    ) -> Entry:
+        day, month = self._windows("day", now).id, self._windows("month", now).id
+        known = self._keys.get(team)
+        if known is None or known[0] != day or known[1] != month:
+            keys = (ledger_key(team, "day", day), ledger_key(team, "month", month))
+            known = self._keys[team] = (day, month, keys)
+        names = self._fields.get(model)
+        if names is None:
+            names = self._fields[model] = tuple(f"{model}|{name}" for name in COUNTERS)
+        if usage is None:
+            counts: tuple[int, ...] = (1, 0, 0, 0, 0, 0, 0)
+        else:
+            counts = (
+                1,
+                usage.prompt_tokens,
+                usage.cached_tokens,
+                usage.completion_tokens,
+                usage.reasoning_tokens,
+                nanos(cost) if cost is not None else 0,
+                1 if cost is None else 0,
+            )
+        fields = tuple((name, value) for name, value in zip(names, counts, strict=True) if value)
+        return Entry(known[2], _TTLS, fields)
+
+
+_TTLS: Final = (DAY_TTL, MONTH_TTL)
 
 
 def parse_period(text: str | None, now: float) -> tuple[PeriodKind, str] | None:

@@ -65,6 +65,7 @@ NO_LIMITS: Final = Limits()
 class Window:
     id: str
     end: float  # epoch seconds
+    start: float = 0.0
 
     def ttl(self, now: float) -> int:
         """Seconds the window's key is kept from ``now``: to its end, and a grace."""
@@ -76,14 +77,32 @@ def window(period: Period, now: float) -> Window:
     leap seconds, so every UTC day is 86400 of them."""
     if period == "minute":
         minute = math.floor(now / 60)
-        return Window(str(minute), (minute + 1) * 60.0)
+        return Window(str(minute), (minute + 1) * 60.0, minute * 60.0)
     if period == "day":
         day = math.floor(now / 86400)
         start = datetime.fromtimestamp(day * 86400, UTC)
-        return Window(start.strftime("%Y-%m-%d"), (day + 1) * 86400.0)
+        return Window(start.strftime("%Y-%m-%d"), (day + 1) * 86400.0, day * 86400.0)
     moment = datetime.fromtimestamp(now, UTC)
     year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
-    return Window(moment.strftime("%Y-%m"), datetime(year, month, 1, tzinfo=UTC).timestamp())
+    first = datetime(moment.year, moment.month, 1, tzinfo=UTC).timestamp()
+    end = datetime(year, month, 1, tzinfo=UTC).timestamp()
+    return Window(moment.strftime("%Y-%m"), end, first)
+
+
+class Windows:
+    """The window of each period that holds now, made once per window rather than once per
+    request (a month's takes a few datetime calls). Not shared between threads."""
+
+    __slots__ = ("_current",)
+
+    def __init__(self) -> None:
+        self._current: dict[str, Window] = {}
+
+    def __call__(self, period: Period, now: float) -> Window:
+        found = self._current.get(period)
+        if found is None or not found.start <= now < found.end:
+            found = self._current[period] = window(period, now)
+        return found
 
 
 def key_prefix(team: str, counter: str) -> str:
@@ -103,10 +122,11 @@ class Charge:
     window: Window
     amount: int
     limit: int
+    key: str = ""  # prefix:window; made once, as it is read several times
 
-    @property
-    def key(self) -> str:
-        return f"{self.prefix}:{self.window.id}"
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", f"{self.prefix}:{self.window.id}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,29 +190,44 @@ def reserve(
     lease_id: str,
     lease_seconds: float,
     now: float,
+    windows: Windows | None = None,
 ) -> Reservation:
     """The reservation of a request: 1 request, its estimated prompt plus ``max_tokens`` (the
     client's, or the model's ceiling), those tokens at ``price`` (the dearest of the model's
-    deployments) for a USD budget, and a slot for ``lease_seconds`` (its longest duration)."""
+    deployments) for a USD budget, and a slot for ``lease_seconds`` (its longest duration).
+    ``windows``: a cache of the current windows, kept by the caller."""
     tokens = prompt_tokens + max_tokens
     usd = None if price is None else price.cost(Usage(prompt_tokens, max_tokens, tokens))
+    at = windows or window
     charges: list[Charge] = []
-
-    def add(code: Code, counter: str, period: Period, amount: int, limit: int) -> None:
-        prefix = key_prefix(team, counter)
-        charges.append(Charge(code, prefix, period, window(period, now), amount, limit))
-
     if limits.requests_per_minute is not None:
-        add("requests_per_minute", "rpm", "minute", 1, limits.requests_per_minute)
+        minute = at("minute", now)
+        prefix = key_prefix(team, "rpm")
+        charges.append(
+            Charge("requests_per_minute", prefix, "minute", minute, 1,
+                   limits.requests_per_minute, f"{prefix}:{minute.id}")
+        )  # fmt: skip
     if limits.tokens_per_minute is not None:
-        add("tokens_per_minute", "tpm", "minute", tokens, limits.tokens_per_minute)
+        minute = at("minute", now)
+        prefix = key_prefix(team, "tpm")
+        charges.append(
+            Charge("tokens_per_minute", prefix, "minute", minute, tokens,
+                   limits.tokens_per_minute, f"{prefix}:{minute.id}")
+        )  # fmt: skip
     budget = limits.budget
-    if budget is not None and budget.kind == "tokens":
-        add("budget", "budget:tokens", budget.period, tokens, int(budget.amount))
-    elif budget is not None:
-        # An unpriced model reserves nothing of a USD budget; the configuration refuses a USD
-        # budget on a team that can reach one (proxy.core.limits_config).
-        add("budget", "budget:usd", budget.period, nanos(usd or 0.0), nanos(budget.amount))
+    if budget is not None:
+        period = at(budget.period, now)
+        prefix = key_prefix(team, f"budget:{budget.kind}")
+        if budget.kind == "tokens":
+            amount, limit = tokens, int(budget.amount)
+        else:
+            # An unpriced model reserves nothing of a USD budget; the configuration refuses a
+            # USD budget on a team that can reach one (proxy.core.limits_config).
+            amount, limit = nanos(usd or 0.0), nanos(budget.amount)
+        charges.append(
+            Charge("budget", prefix, budget.period, period, amount, limit,
+                   f"{prefix}:{period.id}")
+        )  # fmt: skip
     lease = None
     if limits.concurrency is not None:
         lease = Lease(
@@ -272,7 +307,13 @@ class Settlement:
     lease: Lease | None
 
 
-def settle(reservation: Reservation, usage: Usage, cost: float | None, now: float) -> Settlement:
+def settle(
+    reservation: Reservation,
+    usage: Usage,
+    cost: float | None,
+    now: float,
+    windows: Windows | None = None,
+) -> Settlement:
     """The corrections that make a reservation's counters hold what the request spent.
 
     Each is actual - reserved, so under the reservation it gives back, over it it charges the
@@ -290,11 +331,11 @@ def settle(reservation: Reservation, usage: Usage, cost: float | None, now: floa
         else:
             actual = tokens
         delta = actual - charge.amount
-        current = window(charge.period, now)
+        current = (windows or window)(charge.period, now)
         if current.id != charge.window.id:
             if delta <= 0:
                 continue
-            charge = replace(charge, window=current)
+            charge = replace(charge, window=current, key="")
         if delta:
             corrections.append(Correction(charge.key, delta, charge.window.ttl(now)))
     return Settlement(tuple(corrections), reservation.lease)

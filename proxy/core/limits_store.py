@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.core.ledger import Entry
-from proxy.core.limits import Decision, Reservation, Settlement
-from proxy.core.limits_lua import reserve_call, reserve_decision, settle_call
+from proxy.core.limits import Decision, Reservation, Settlement, admit
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +112,37 @@ class MemoryStore:
     def _add(self, key: str, delta: int, ttl: int, now: float) -> None:
         self.counters[key] = (self.value(key, now) + delta, now + ttl)
 
-    # --- the same, by reservation and settlement -------------------------------------------
+    # --- the same, by reservation and settlement, without the strings ----------------------
+    # What a worker alone calls for every request: the scripts' semantics on the objects
+    # themselves (tests/core/test_limits_store.py holds the two ways to the same results).
 
     def reserve(self, reservation: Reservation, now: float) -> Decision:
-        reply = self.eval_reserve(*reserve_call(reservation, now))
-        return reserve_decision(reservation, reply, now)
+        charges = reservation.charges
+        used = tuple([self.value(charge.key, now) for charge in charges])
+        lease = reservation.lease
+        decision = admit(reservation, used, self.in_flight(lease.key, now) if lease else 0, now)
+        if decision.admitted:
+            for charge in charges:
+                self._add(charge.key, charge.amount, charge.window.ttl(now), now)
+            if lease is not None:
+                self.leases.setdefault(lease.key, {})[lease.member] = lease.deadline
+        return decision
 
     def settle(self, settlement: Settlement, now: float, entry: Entry | None = None) -> None:
-        self.eval_settle(*settle_call(settlement, entry), now)
+        counters = self.counters
+        for c in settlement.corrections:
+            counters[c.key] = (max(0, self.value(c.key, now) + c.delta), now + c.ttl)
+        lease = settlement.lease
+        if lease is not None:
+            self.leases.get(lease.key, {}).pop(lease.member, None)
+        if entry is None or not entry.fields:
+            return
+        for key, ttl in zip(entry.keys, entry.ttls, strict=True):
+            found = self.hashes.get(key)
+            fields = found[0] if found is not None and found[1] > now else {}
+            for name, increment in entry.fields:
+                fields[name] = fields.get(name, 0) + increment
+            self.hashes[key] = (fields, now + ttl)
 
     # --- one message of the supervisor's protocol ------------------------------------------
 

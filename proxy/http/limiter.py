@@ -21,20 +21,27 @@ from typing import Final, Protocol
 from proxy.core.config import Team
 from proxy.core.errors import ServiceUnavailable
 from proxy.core.exchange import Exchange
-from proxy.core.ledger import PeriodKind, entry, ledger_key, report
+from proxy.core.ledger import Ledger, PeriodKind, ledger_key, report
 from proxy.core.limits import (
     Reservation,
     Settlement,
+    Windows,
     rate_limit_headers,
     reserve,
     settle,
 )
 from proxy.core.limits_config import State
-from proxy.core.limits_lua import reserve_call, reserve_decision, settle_call
 from proxy.core.limits_view import probe, view
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
-from proxy.http.stores import LocalStore, RedisStore, Store, StoreUnavailable, WorkerStore
+from proxy.http.stores import (
+    LocalStore,
+    RedisStore,
+    Settle,
+    Store,
+    StoreUnavailable,
+    WorkerStore,
+)
 
 log = logging.getLogger("proxy.limits")
 
@@ -47,6 +54,7 @@ QUEUE_MAX: Final = 100_000
 # How often the remaining allowances are read for the gauges.
 GAUGE_SECONDS: Final = 15.0
 _NO_SETTLEMENT: Final = Settlement((), None)
+_NOTHING: Final = Usage()
 
 Shown = Mapping[str, Mapping[str, Mapping[str, object]]]  # team -> limit -> its figures
 
@@ -80,10 +88,12 @@ class Limiter:
         self.events = events
         self.up = True
         self._retry_at = 0.0
-        self._queue: collections.deque[tuple[list[str], list[str]]] = collections.deque()
+        self._queue: collections.deque[Settle] = collections.deque()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._local = store if isinstance(store, LocalStore) else None
+        self.windows = Windows()
+        self.ledger = Ledger(self.windows)
 
     def start(self, teams: Callable[[], Iterable[Team]]) -> None:
         if self._local is None:
@@ -131,18 +141,19 @@ class Limiter:
             lease_id=lease_id,
             lease_seconds=lease_seconds,
             now=now,
+            windows=self.windows,
         )
         if not self._usable():
             self._unchecked()
             return None
         try:
-            reply = await self.store.reserve(*reserve_call(reservation, now))
+            decision = await self.store.reserve(reservation, now)
         except StoreUnavailable as exc:
             self._failed("reserve", exc)
             self._unchecked()
             return None
-        self._answered()
-        decision = reserve_decision(reservation, reply, now)
+        if not self.up:
+            self._answered()
         headers = rate_limit_headers(reservation, decision, now)
         if headers:
             exchange.headers = headers
@@ -154,13 +165,13 @@ class Limiter:
         """Settle an ended request: its reservation, and its line in the ledger."""
         now = time.time()
         usage = exchange.usage
+        cost = exchange.cost_usd
         settlement = _NO_SETTLEMENT
         if reservation is not None:
             # No usage: nothing was spent (refused upstream, or never sent).
-            cost = exchange.cost_usd if usage is not None else 0.0
-            settlement = settle(reservation, usage or Usage(), cost, now)
-        line = entry(exchange.team, exchange.model, usage, exchange.cost_usd, now)
-        call = settle_call(settlement, line)
+            spent = cost if usage is not None else 0.0
+            settlement = settle(reservation, usage or _NOTHING, spent, now, self.windows)
+        call = (settlement, self.ledger.entry(exchange.team, exchange.model, usage, cost, now))
         if self._local is not None:
             self._local.settle_now(*call)
             return

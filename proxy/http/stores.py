@@ -11,25 +11,31 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import time
-from collections.abc import Awaitable, Sequence
-from typing import Any, Final, Protocol
+from collections.abc import Sequence
+from typing import Final, Protocol
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from proxy.core.limits_lua import RESERVE, SETTLE
+from proxy.core.ledger import Entry
+from proxy.core.limits import Decision, Reservation, Settlement
+from proxy.core.limits_lua import RESERVE, SETTLE, reserve_call, reserve_decision, settle_call
 from proxy.core.limits_store import MemoryStore, Snapshot
 
 # How often the local store drops expired keys (reads ignore them meanwhile).
 PURGE_EVERY: Final = 60.0
 # A reply line of the supervisor's at most this long (a read of every team's hashes).
 LINE_LIMIT: Final = 16 * 2**20
+
+
+Command = tuple[str | int, ...]
+Settle = tuple[Settlement, Entry | None]  # a request's settlement and its ledger entry
 
 
 class StoreUnavailable(Exception):
@@ -44,11 +50,9 @@ class StoreUnavailable(Exception):
 class Store(Protocol):
     kind: str  # "memory", "workers" or "redis", for logs and /admin/limits
 
-    async def reserve(self, keys: list[str], args: list[str]) -> list[int]: ...
+    async def reserve(self, reservation: Reservation, now: float) -> Decision: ...
 
-    async def settle(self, keys: list[str], args: list[str]) -> None: ...
-
-    async def settle_many(self, calls: Sequence[tuple[list[str], list[str]]]) -> None: ...
+    async def settle_many(self, calls: Sequence[Settle]) -> None: ...
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -66,22 +70,19 @@ class LocalStore:
         self.memory = MemoryStore()
         self._purged = time.time()
 
-    def settle_now(self, keys: list[str], args: list[str]) -> None:
+    def settle_now(self, settlement: Settlement, entry: Entry | None) -> None:
         now = time.time()
-        self.memory.eval_settle(keys, args, now)
+        self.memory.settle(settlement, now, entry)
         if now - self._purged > PURGE_EVERY:
             self._purged = now
             self.memory.purge(now)
 
-    async def reserve(self, keys: list[str], args: list[str]) -> list[int]:
-        return self.memory.eval_reserve(keys, args)
+    async def reserve(self, reservation: Reservation, now: float) -> Decision:
+        return self.memory.reserve(reservation, now)
 
-    async def settle(self, keys: list[str], args: list[str]) -> None:
-        self.settle_now(keys, args)
-
-    async def settle_many(self, calls: Sequence[tuple[list[str], list[str]]]) -> None:
-        for keys, args in calls:
-            self.settle_now(keys, args)
+    async def settle_many(self, calls: Sequence[Settle]) -> None:
+        for settlement, entry in calls:
+            self.settle_now(settlement, entry)
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -105,6 +106,14 @@ class WorkerStore:
         self._reader_task: asyncio.Task[None] | None = None
         self._waiting: collections.deque[asyncio.Future[object]] = collections.deque()
         self._connecting: asyncio.Lock | None = None
+        self._out: list[bytes] = []
+        self._flush_soon = False
+
+    def _flush(self, writer: asyncio.StreamWriter) -> None:
+        self._flush_soon = False
+        out, self._out = self._out, []
+        if writer is self._writer and not writer.is_closing():
+            writer.write(b"".join(out))
 
     async def _call(self, message: list[object]) -> object:
         replies = await self._calls([message])
@@ -118,7 +127,11 @@ class WorkerStore:
                 loop = asyncio.get_running_loop()
                 futures: list[asyncio.Future[object]] = [loop.create_future() for _ in messages]
                 self._waiting.extend(futures)
-                writer.write(b"".join(orjson.dumps(m) + b"\n" for m in messages))
+                # Written once the loop's turn is over, with every other call made in it.
+                self._out.extend(orjson.dumps(m) + b"\n" for m in messages)
+                if not self._flush_soon:
+                    self._flush_soon = True
+                    loop.call_soon(self._flush, writer)
                 sent = True
                 return [await future for future in futures]
         except (OSError, TimeoutError) as exc:
@@ -157,6 +170,7 @@ class WorkerStore:
 
     def _drop(self, error: StoreUnavailable, *, reading: bool = False) -> None:
         writer, self._writer = self._writer, None
+        self._out = []
         task, self._reader_task = self._reader_task, None
         if writer is not None:
             writer.close()
@@ -167,17 +181,14 @@ class WorkerStore:
             if not future.done():
                 future.set_exception(error)
 
-    async def reserve(self, keys: list[str], args: list[str]) -> list[int]:
-        reply = await self._call(["reserve", keys, args])
+    async def reserve(self, reservation: Reservation, now: float) -> Decision:
+        reply = await self._call(["reserve", *reserve_call(reservation, now)])
         if not isinstance(reply, list):
             raise StoreUnavailable("the supervisor's store answered a reservation wrongly")
-        return [int(value) for value in reply]
+        return reserve_decision(reservation, [int(value) for value in reply], now)
 
-    async def settle(self, keys: list[str], args: list[str]) -> None:
-        await self._call(["settle", keys, args])
-
-    async def settle_many(self, calls: Sequence[tuple[list[str], list[str]]]) -> None:
-        await self._calls([["settle", keys, args] for keys, args in calls])
+    async def settle_many(self, calls: Sequence[Settle]) -> None:
+        await self._calls([["settle", *settle_call(s, e)] for s, e in calls])
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -197,78 +208,155 @@ class WorkerStore:
 
 
 class RedisStore:
-    """Redis, through the ``redis`` package's asyncio client. Its scripts run by EVALSHA
-    (``register_script`` loads one again after a restart wiped it); the client retries
-    nothing itself: the limiter's failure policy decides, within its own timeout."""
+    """Redis, over one connection of the ``redis`` package's asyncio client, pipelined: the
+    calls made while the connection is busy go out together in one write, and their replies
+    are read in order. One EVALSHA at a time through the client's own methods cost several
+    times a whole request's CPU (docs/performance.md). Scripts are loaded again when a
+    restarted server has lost them (NOSCRIPT); nothing is retried otherwise: the limiter's
+    failure policy decides, within ``timeout``."""
 
     kind = "redis"
 
     def __init__(self, url: str, timeout: float) -> None:
         self.timeout = timeout
-        self.redis = Redis.from_url(
-            url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False,
+        self._pool = ConnectionPool.from_url(
+            url, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
         )
-        self._reserve = self.redis.register_script(RESERVE)
-        self._settle = self.redis.register_script(SETTLE)
+        self._sha = {
+            script: hashlib.sha1(script.encode()).hexdigest() for script in (RESERVE, SETTLE)
+        }
+        self._queue: list[tuple[list[Command], asyncio.Future[list[object]]]] = []
+        self._wake: asyncio.Event | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._connection: AbstractConnection | None = None
 
-    async def reserve(self, keys: list[str], args: list[str]) -> list[int]:
-        reply = await self._run(self._reserve(keys=keys, args=args))
-        return [int(value) for value in reply]
+    async def reserve(self, reservation: Reservation, now: float) -> Decision:
+        (reply,) = await self._scripts(RESERVE, [reserve_call(reservation, now)])
+        if not isinstance(reply, list):
+            raise StoreUnavailable(f"Redis answered RESERVE with {reply!r}")
+        return reserve_decision(reservation, [int(value) for value in reply], now)
 
-    async def settle(self, keys: list[str], args: list[str]) -> None:
-        await self._run(self._settle(keys=keys, args=args))
-
-    async def settle_many(self, calls: Sequence[tuple[list[str], list[str]]]) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        for keys, args in calls:
-            await self._settle(keys=keys, args=args, client=pipe)  # queued, not sent
-        await self._run(pipe.execute())
+    async def settle_many(self, calls: Sequence[Settle]) -> None:
+        await self._scripts(SETTLE, [settle_call(s, e) for s, e in calls])
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
     ) -> Snapshot:
-        pipe = self.redis.pipeline(transaction=False)
-        for key in counters:
-            pipe.get(key)
-        for key in leases:
-            pipe.zcount(key, f"({now!r}", "+inf")  # a lease whose deadline passed is gone
-        for key in hashes:
-            pipe.hgetall(key)
-        replies = await self._run(pipe.execute())
+        commands: list[Command] = [("GET", key) for key in counters]
+        commands += [("ZCOUNT", key, f"({now!r}", "+inf") for key in leases]
+        commands += [("HGETALL", key) for key in hashes]
+        replies = await self._call(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise StoreUnavailable(f"Redis: {reply}")
         values = replies[: len(counters)]
         in_flight = replies[len(counters) : len(counters) + len(leases)]
         found = replies[len(counters) + len(leases) :]
         return Snapshot(
-            tuple(int(v) if v is not None else 0 for v in values),
-            tuple(int(v) for v in in_flight),
-            tuple({k.decode(): int(v) for k, v in h.items()} for h in found),
+            tuple(int(v) if v is not None else 0 for v in values),  # type: ignore[call-overload]
+            tuple(int(v) for v in in_flight),  # type: ignore[call-overload]
+            tuple(_pairs(h) for h in found),
         )
 
-    async def _run(self, call: Awaitable[Any]) -> Any:
+    async def _scripts(
+        self, script: str, calls: Sequence[tuple[list[str], list[str]]]
+    ) -> list[object]:
+        sha = self._sha[script]
+        commands: list[Command] = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls]
+        replies = await self._call(commands)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            # A server restarted empty: load the script, and send what it refused once more.
+            await self._call([("SCRIPT", "LOAD", script)])
+            again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            for i, reply in zip(again, await self._call([commands[i] for i in again]), strict=True):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise StoreUnavailable(f"Redis: {reply}")
+        return replies
+
+    async def _call(self, commands: list[Command]) -> list[object]:
+        """The replies to ``commands``, sent together (an error reply is its exception)."""
+        future: asyncio.Future[list[object]] = asyncio.get_running_loop().create_future()
+        self._queue.append((commands, future))
+        if self._runner is None or self._wake is None:
+            self._wake = asyncio.Event()
+            self._runner = asyncio.create_task(self._run(self._wake))
+        self._wake.set()
         try:
             async with asyncio.timeout(self.timeout):
-                return await call
+                return await future
         except TimeoutError:
-            await self._reconnect()
+            # A server that does not answer: its replies, if they ever come, are not read.
+            self._reset(StoreUnavailable("Redis: timed out", sent=True))
             raise StoreUnavailable("Redis: timed out", sent=True) from None
-        except (RedisError, OSError) as exc:
-            # A reply that timed out at the socket is the same as ours; the rest (refused,
-            # reset, an error reply) is taken as not applied.
-            sent = isinstance(exc, RedisTimeoutError)
-            if isinstance(exc, RedisConnectionError | OSError):
-                await self._reconnect()
-            raise StoreUnavailable(f"Redis: {exc}", sent=sent) from None
 
-    async def _reconnect(self) -> None:
-        # The pool's other connections went down with the one that failed (a restarted
-        # server): every call would fail once on one of them after it is back.
-        with contextlib.suppress(RedisError, OSError):
-            await self.redis.connection_pool.disconnect()
+    async def _run(self, wake: asyncio.Event) -> None:
+        batch: list[tuple[list[Command], asyncio.Future[list[object]]]] = []
+        sent = False
+        try:
+            # make_connection is public but untyped in the package.
+            connection = self._connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+            await connection.connect()
+            while True:
+                if not self._queue:
+                    wake.clear()
+                    await wake.wait()
+                batch, self._queue = self._queue, []
+                sent = False
+                packed = connection.pack_commands([c for commands, _ in batch for c in commands])
+                await connection.send_packed_command(packed, check_health=False)
+                sent = True
+                for commands, future in batch:
+                    replies: list[object] = []
+                    for _ in commands:
+                        try:
+                            replies.append(await connection.read_response())
+                        except ResponseError as exc:  # the command's, not the connection's
+                            replies.append(exc)
+                    if not future.done():
+                        future.set_result(replies)
+                batch = []
+        except (RedisError, OSError) as exc:
+            error = StoreUnavailable(
+                f"Redis: {exc}", sent=sent and not isinstance(exc, RedisConnectionError)
+            )
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            self._reset(error, running=False)
+
+    def _reset(self, error: StoreUnavailable, *, running: bool = True) -> None:
+        runner, self._runner = self._runner, None
+        connection, self._connection = self._connection, None
+        queue, self._queue = self._queue, []
+        self._wake = None
+        if runner is not None and running:
+            runner.cancel()
+        for _, future in queue:
+            if not future.done():
+                future.set_exception(error)
+        if connection is not None:
+            # Closed without waiting: nothing more is read from it.
+            asyncio.get_running_loop().create_task(connection.disconnect(nowait=True))
 
     async def close(self) -> None:
+        runner = self._runner
+        self._reset(StoreUnavailable("the store is closed"))
+        if runner is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
         with contextlib.suppress(RedisError, OSError):
-            await self.redis.aclose()
+            await self._pool.disconnect()
+
+
+def _pairs(reply: object) -> dict[str, int]:
+    """HGETALL's reply as a dict: a flat list of field, value, ... (RESP2, the pure-Python
+    parser), or a map already (the hiredis parser)."""
+    if isinstance(reply, dict):
+        items = list(reply.items())
+    elif isinstance(reply, list):
+        items = list(zip(reply[::2], reply[1::2], strict=True))
+    else:
+        return {}
+    return {bytes(k).decode(): int(v) for k, v in items}

@@ -119,10 +119,10 @@ def test_the_proxys_redis_store_runs_them(server: RedisServer) -> None:
                 "a", Limits(requests_per_minute=2), prompt_tokens=0, max_tokens=0, price=None,
                 lease_id="l", lease_seconds=1, now=time.time(),
             )  # fmt: skip
-            first = await store.reserve(*reserve_call(r, time.time()))
-            await store.settle_many([settle_call(settle(r, Usage(), 0.0, time.time()), None)])
+            first = await store.reserve(r, time.time())
+            await store.settle_many([(settle(r, Usage(), 0.0, time.time()), None)])
             snapshot = await store.read([r.charges[0].key], [], [], time.time())
-            return [*first, *snapshot.values]
+            return [int(first.admitted), *first.used, first.in_flight, *snapshot.values]
         finally:
             await store.close()
 
@@ -134,8 +134,12 @@ def test_a_redis_that_is_gone_is_unavailable_within_the_timeout() -> None:
         store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", 0.2)
         started = time.monotonic()
         try:
+            r = reserve(
+                "a", Limits(requests_per_minute=2), prompt_tokens=0, max_tokens=0, price=None,
+                lease_id="l", lease_seconds=1, now=time.time(),
+            )  # fmt: skip
             with pytest.raises(StoreUnavailable) as failed:
-                await store.reserve(["k"], ["0", "1", "1", "1", "60"])
+                await store.reserve(r, time.time())
             assert not failed.value.sent  # refused: nothing was applied
             return time.monotonic() - started
         finally:

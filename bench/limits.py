@@ -1,0 +1,135 @@
+"""What team limits cost on the hot path (not a test).
+
+    python bench/limits.py [--rounds 5] [--seconds 5] [--workers 1]
+
+One nginx upstream (bench/canned.py) and three ``llm-proxy serve`` of the working tree in front
+of it, with the same configuration but for the bench team's limits:
+
+    off     no limits (the baseline; the usage ledger is still kept, in the process)
+    memory  every limit on (requests and tokens per minute, concurrency, a token budget), far
+            too high to refuse anything, counted in the server: in the worker with one worker,
+            in the supervisor's store with several (``--workers 2``)
+    redis   the same limits in a real redis-server (Debian's package) on loopback
+
+Each round runs plain-1 (p50 latency, one connection) and plain-64 (64 connections) on each,
+in an order that turns every round. Prints, per profile, each one's median figure and its CPU
+per request (the proxy's processes, from /proc), and the median over rounds of its ratio to
+off's in the same round: latency added at plain-1 (ms), CPU per request at plain-64 (x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import canned
+import gateways
+import load
+from ab import measure
+from gateways import Gateway
+from procs import Service, free_port, wait_http
+
+LIMITS = (
+    "{requests_per_minute: 1000000000, tokens_per_minute: 1000000000000, concurrency: 100000,"
+    " budget: {tokens: 1000000000000000, period: month}}"
+)
+PROFILES = ("plain-1", "plain-64")
+
+
+def start_redis(tmp: Path) -> tuple[Service, int]:
+    program = shutil.which("redis-server")
+    if program is None:
+        raise SystemExit("redis-server is not installed (Debian package redis-server)")
+    port = free_port()
+    argv = [program, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
+    service = Service("redis", argv, tmp / "redis.log")
+    for _ in range(100):
+        if "Ready to accept connections" in service.log.read_text(errors="replace"):
+            return service, port
+        time.sleep(0.05)
+    raise SystemExit(f"redis-server did not start: {service.log.read_text(errors='replace')}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    profiles = [load.PROFILES[name] for name in PROFILES]
+    results: dict[str, dict[str, list[tuple[float, float] | None]]] = {}
+    with tempfile.TemporaryDirectory(prefix="limits-") as tmp_name:
+        tmp = Path(tmp_name)
+        tmp.chmod(0o711)  # nginx's workers (user nobody) read the canned answers in here
+        nginx_port = free_port()
+        conf = canned.write_upstream(tmp / "nginx", nginx_port, 0.05)
+        nginx = Service("nginx", ["nginx", "-c", str(conf), "-p", str(conf.parent)], tmp / "n.log")
+        redis, redis_port = start_redis(tmp)
+        started: list[Gateway] = []
+        try:
+            wait_http(f"http://127.0.0.1:{nginx_port}/healthz", nginx, 10)
+            state = f"{{redis: 'redis://127.0.0.1:{redis_port}/0'}}"
+            for name, limits, store in (("off", "", ""), ("memory", LIMITS, ""),
+                                        ("redis", LIMITS, state)):  # fmt: skip
+                started.append(
+                    gateways.start_ours(nginx_port, args.workers, tmp, None, name, limits, store)
+                )
+            for gateway in started:
+                problem = load.check_request(gateway, "plain")
+                if problem is not None:
+                    raise SystemExit(f"{gateway.name} answers wrongly: {problem}")
+                for profile in profiles:
+                    load.run_wrk(gateway, profile, 2)  # warm-up, not counted
+            results = {g.name: {p.name: [] for p in profiles} for g in started}
+            for number in range(args.rounds):
+                turn = number % len(started)
+                order = started[turn:] + started[:turn]
+                for profile in profiles:
+                    for gateway in order:
+                        results[gateway.name][profile.name].append(
+                            measure(gateway, profile, args.seconds)
+                        )
+                print(f"round {number + 1}/{args.rounds} done", flush=True)
+        finally:
+            for gateway in started:
+                gateway.stop()
+            redis.stop()
+            nginx.stop()
+    report(args, results)
+    return 0
+
+
+def report(
+    args: argparse.Namespace, results: dict[str, dict[str, list[tuple[float, float] | None]]]
+) -> None:
+    store = "the worker" if args.workers == 1 else "the supervisor's store"
+    print(f"\n{args.rounds} rounds of {args.seconds} s, {args.workers} worker(s); memory = {store}")
+    for profile in PROFILES:
+        base = results["off"][profile]
+        for name, by_profile in results.items():
+            rounds = by_profile[profile]
+            pairs = [(b, r) for b, r in zip(base, rounds, strict=True) if b and r]
+            if not pairs:
+                print(f"  {profile:9} {name:7} no figures")
+                continue
+            value = statistics.median(r[0] for _, r in pairs)
+            cpu = statistics.median(r[1] for _, r in pairs)
+            cpu_ratio = statistics.median(r[1] / b[1] for b, r in pairs)
+            if profile == "plain-1":
+                added = statistics.median(r[0] - b[0] for b, r in pairs)
+                extra = f"added p50 {added:+.3f} ms"
+                figure = f"p50 {value:7.3f} ms"
+            else:
+                extra = f"rate {statistics.median(r[0] / b[0] for b, r in pairs):5.3f}x"
+                figure = f"{value:9.0f} /s"
+            print(f"  {profile:9} {name:7} {figure}  CPU {cpu:6.1f} us  CPU {cpu_ratio:5.3f}x"
+                  f"  {extra}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
