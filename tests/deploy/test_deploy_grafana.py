@@ -123,6 +123,11 @@ def test_panels_tile_the_grid_without_overlap() -> None:
         "In flight",
         "Circuit state",
         "Cycle collector pauses",
+        "Budget left by team",
+        "Allowance left by team and limit",
+        "Requests refused by limits",
+        "State store up",
+        "State store errors",
     ],
 )
 def test_the_dashboard_shows(topic: str) -> None:
