@@ -29,6 +29,7 @@ from tests.metrics_support import (
     ALPHA_KEY,
     BETA_KEY,
     HELLO,
+    TEAMS,
     Served,
     Stage,
     complete_events,
@@ -147,9 +148,19 @@ def per_worker(directory: Path, name: str, kind: str = "counter") -> dict[int, f
 
 
 def test_exact_totals_for_two_teams_across_two_workers(emulator: Stage, tmp_path: Path) -> None:
-    # gpt has a price (its cost is counted), the others none (unpriced): every metric shows.
+    # gpt has a price (its cost is counted), the others none (unpriced), and beta has every
+    # kind of limit, loose enough to refuse nothing: every metric shows.
     prices = {"gpt": {"input": 0.15, "output": 0.6}}
-    config = write_config(tmp_path / "proxy.yaml", emulator.emulator_url, MODELS, prices=prices)
+    limits = {
+        "requests_per_minute": 1000,
+        "tokens_per_minute": 1_000_000,
+        "concurrency": 50,
+        "budget": {"tokens": 10_000_000, "period": "day"},
+    }
+    teams = {**TEAMS, "beta": {**TEAMS["beta"], "limits": limits}}
+    config = write_config(
+        tmp_path / "proxy.yaml", emulator.emulator_url, MODELS, prices=prices, teams=teams
+    )
     with serve(config, 2, tmp_path / "tmp") as served:
         (directory,) = served.metrics_dirs()
         with fresh_client(served, ALPHA_KEY) as alpha, fresh_client(served, BETA_KEY) as beta:

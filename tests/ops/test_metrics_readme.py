@@ -12,11 +12,24 @@ import pytest
 from tests.metrics_support import (
     ALPHA_KEY,
     HELLO,
+    TEAMS,
     Stage,
     exposed_metrics,
     readme_metrics,
     stage,
 )
+
+UNLABELLED = (
+    "llm_proxy_log_lines_dropped_total",
+    "llm_proxy_state_up",
+    "llm_proxy_settlements_dropped_total",
+)
+LIMITS = {
+    "requests_per_minute": 1000,
+    "tokens_per_minute": 1_000_000,
+    "concurrency": 50,
+    "budget": {"tokens": 10_000_000, "period": "day"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +40,15 @@ def running() -> Iterator[Stage]:
 
 def test_docs_list_metrics_with_types_and_labels() -> None:
     table = readme_metrics()
-    assert len(table) == 18
+    assert len(table) == 24
     for name, (kind, labels) in table.items():
         assert name.startswith("llm_proxy_")
         assert kind in ("counter", "gauge", "histogram")
         assert (kind == "counter") == name.endswith("_total")
         assert (kind == "histogram") == name.endswith("_seconds")
-        # Every metric is by something, but for what concerns the worker's stderr as a whole.
-        assert bool(labels) != (name == "llm_proxy_log_lines_dropped_total")
+        # Every metric is by something, but for what concerns the worker's stderr or the
+        # limits' state store as a whole.
+        assert bool(labels) != (name in UNLABELLED)
 
 
 async def test_docs_match_the_exposition(running: Stage) -> None:
@@ -45,6 +59,8 @@ async def test_docs_match_the_exposition(running: Stage) -> None:
         },
         # llama's tokens cost something; cut's are unpriced: both series are shown.
         prices={"llama": {"input": 0.1, "output": 0.4}},
+        # Every kind of limit, loose enough to refuse nothing: their series are shown.
+        teams={**TEAMS, "alpha": {**TEAMS["alpha"], "limits": LIMITS}},
     )
     auth = {"Authorization": f"Bearer {ALPHA_KEY}"}
     async with aiohttp.ClientSession() as session:
