@@ -17,16 +17,12 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 import orjson
-from redis.asyncio.connection import AbstractConnection, ConnectionPool
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from proxy.core.ledger import Entry
 from proxy.core.limits import Decision, Reservation, Settlement
 from proxy.core.limits_lua import RESERVE, SETTLE, reserve_call, reserve_decision, settle_call
 from proxy.core.limits_store import MemoryStore, Snapshot
+from proxy.http.resp import Arg, Reply, ReplyError, RespConnection, address
 
 # How often the local store drops expired keys (reads ignore them meanwhile).
 PURGE_EVERY: Final = 60.0
@@ -34,7 +30,6 @@ PURGE_EVERY: Final = 60.0
 LINE_LIMIT: Final = 16 * 2**20
 
 
-Command = tuple[str | int, ...]
 Settle = tuple[Settlement, Entry | None]  # a request's settlement and its ledger entry
 
 
@@ -208,33 +203,26 @@ class WorkerStore:
 
 
 class RedisStore:
-    """Redis, over one connection of the ``redis`` package's asyncio client, pipelined: the
-    calls made while the connection is busy go out together in one write, and their replies
-    are read in order. One EVALSHA at a time through the client's own methods cost several
-    times a whole request's CPU (docs/performance.md). Scripts are loaded again when a
-    restarted server has lost them (NOSCRIPT); nothing is retried otherwise: the limiter's
-    failure policy decides, within ``timeout``."""
+    """Redis, over one pipelined connection (``proxy.http.resp``): the scripts by EVALSHA,
+    loaded again when a restarted server has lost them (NOSCRIPT). Nothing is retried
+    otherwise: the limiter's failure policy decides, within ``timeout``."""
 
     kind = "redis"
 
     def __init__(self, url: str, timeout: float) -> None:
         self.timeout = timeout
-        self._pool = ConnectionPool.from_url(
-            url, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
-        )
+        self._address = address(url)
         self._sha = {
             script: hashlib.sha1(script.encode()).hexdigest() for script in (RESERVE, SETTLE)
         }
-        self._queue: list[tuple[list[Command], asyncio.Future[list[object]]]] = []
-        self._wake: asyncio.Event | None = None
-        self._runner: asyncio.Task[None] | None = None
-        self._connection: AbstractConnection | None = None
+        self._connection: RespConnection | None = None
+        self._connecting: asyncio.Lock | None = None
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
         (reply,) = await self._scripts(RESERVE, [reserve_call(reservation, now)])
         if not isinstance(reply, list):
             raise StoreUnavailable(f"Redis answered RESERVE with {reply!r}")
-        return reserve_decision(reservation, [int(value) for value in reply], now)
+        return reserve_decision(reservation, [_integer(value) for value in reply], now)
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
         await self._scripts(SETTLE, [settle_call(s, e) for s, e in calls])
@@ -242,121 +230,91 @@ class RedisStore:
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
     ) -> Snapshot:
-        commands: list[Command] = [("GET", key) for key in counters]
-        commands += [("ZCOUNT", key, f"({now!r}", "+inf") for key in leases]
-        commands += [("HGETALL", key) for key in hashes]
-        replies = await self._call(commands)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise StoreUnavailable(f"Redis: {reply}")
+        commands: list[list[Arg]] = [["GET", key] for key in counters]
+        commands += [["ZCOUNT", key, f"({now!r}", "+inf"] for key in leases]
+        commands += [["HGETALL", key] for key in hashes]
+        replies = _checked(await self._call(commands))
         values = replies[: len(counters)]
         in_flight = replies[len(counters) : len(counters) + len(leases)]
         found = replies[len(counters) + len(leases) :]
         return Snapshot(
-            tuple(int(v) if v is not None else 0 for v in values),  # type: ignore[call-overload]
-            tuple(int(v) for v in in_flight),  # type: ignore[call-overload]
+            tuple(_integer(v) if v is not None else 0 for v in values),
+            tuple(_integer(v) for v in in_flight),
             tuple(_pairs(h) for h in found),
         )
 
     async def _scripts(
         self, script: str, calls: Sequence[tuple[list[str], list[str]]]
-    ) -> list[object]:
+    ) -> list[Reply]:
         sha = self._sha[script]
-        commands: list[Command] = [("EVALSHA", sha, len(k), *k, *a) for k, a in calls]
+        commands: list[list[Arg]] = [["EVALSHA", sha, len(k), *k, *a] for k, a in calls]
         replies = await self._call(commands)
-        if any(isinstance(r, NoScriptError) for r in replies):
+        again = [
+            i for i, r in enumerate(replies) if isinstance(r, ReplyError) and r.kind == "NOSCRIPT"
+        ]
+        if again:
             # A server restarted empty: load the script, and send what it refused once more.
-            await self._call([("SCRIPT", "LOAD", script)])
-            again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            _checked(await self._call([["SCRIPT", "LOAD", script]]))
             for i, reply in zip(again, await self._call([commands[i] for i in again]), strict=True):
                 replies[i] = reply
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise StoreUnavailable(f"Redis: {reply}")
-        return replies
+        return _checked(replies)
 
-    async def _call(self, commands: list[Command]) -> list[object]:
-        """The replies to ``commands``, sent together (an error reply is its exception)."""
-        future: asyncio.Future[list[object]] = asyncio.get_running_loop().create_future()
-        self._queue.append((commands, future))
-        if self._runner is None or self._wake is None:
-            self._wake = asyncio.Event()
-            self._runner = asyncio.create_task(self._run(self._wake))
-        self._wake.set()
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await future
-        except TimeoutError:
-            # A server that does not answer: its replies, if they ever come, are not read.
-            self._reset(StoreUnavailable("Redis: timed out", sent=True))
-            raise StoreUnavailable("Redis: timed out", sent=True) from None
-
-    async def _run(self, wake: asyncio.Event) -> None:
-        batch: list[tuple[list[Command], asyncio.Future[list[object]]]] = []
+    async def _call(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
         sent = False
         try:
-            # make_connection is public but untyped in the package.
-            connection = self._connection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-            await connection.connect()
-            while True:
-                if not self._queue:
-                    wake.clear()
-                    await wake.wait()
-                batch, self._queue = self._queue, []
-                sent = False
-                packed = connection.pack_commands([c for commands, _ in batch for c in commands])
-                await connection.send_packed_command(packed, check_health=False)
+            async with asyncio.timeout(self.timeout):
+                connection = self._connection
+                if connection is None or connection.closed:
+                    connection = await self._connect()
+                replies = connection.call(commands)
                 sent = True
-                for commands, future in batch:
-                    replies: list[object] = []
-                    for _ in commands:
-                        try:
-                            replies.append(await connection.read_response())
-                        except ResponseError as exc:  # the command's, not the connection's
-                            replies.append(exc)
-                    if not future.done():
-                        future.set_result(replies)
-                batch = []
-        except (RedisError, OSError) as exc:
-            error = StoreUnavailable(
-                f"Redis: {exc}", sent=sent and not isinstance(exc, RedisConnectionError)
-            )
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-            self._reset(error, running=False)
+                return await replies
+        except TimeoutError:
+            # A server that does not answer: its replies, if they ever come, are not read.
+            self._drop()
+            raise StoreUnavailable("Redis: timed out", sent=sent) from None
+        except (ConnectionError, OSError, ReplyError) as exc:
+            self._drop()
+            raise StoreUnavailable(f"Redis: {exc}", sent=sent) from None
 
-    def _reset(self, error: StoreUnavailable, *, running: bool = True) -> None:
-        runner, self._runner = self._runner, None
+    async def _connect(self) -> RespConnection:
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            connection = self._connection
+            if connection is None or connection.closed:
+                connection = self._connection = await RespConnection.open(self._address)
+            return connection
+
+    def _drop(self) -> None:
         connection, self._connection = self._connection, None
-        queue, self._queue = self._queue, []
-        self._wake = None
-        if runner is not None and running:
-            runner.cancel()
-        for _, future in queue:
-            if not future.done():
-                future.set_exception(error)
         if connection is not None:
-            # Closed without waiting: nothing more is read from it.
-            asyncio.get_running_loop().create_task(connection.disconnect(nowait=True))
+            connection.close()
 
     async def close(self) -> None:
-        runner = self._runner
-        self._reset(StoreUnavailable("the store is closed"))
-        if runner is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await runner
-        with contextlib.suppress(RedisError, OSError):
-            await self._pool.disconnect()
+        self._drop()
 
 
-def _pairs(reply: object) -> dict[str, int]:
-    """HGETALL's reply as a dict: a flat list of field, value, ... (RESP2, the pure-Python
-    parser), or a map already (the hiredis parser)."""
-    if isinstance(reply, dict):
-        items = list(reply.items())
-    elif isinstance(reply, list):
-        items = list(zip(reply[::2], reply[1::2], strict=True))
-    else:
+def _checked(replies: list[Reply]) -> list[Reply]:
+    for reply in replies:
+        if isinstance(reply, ReplyError):
+            raise StoreUnavailable(f"Redis: {reply}")
+    return replies
+
+
+def _integer(reply: Reply) -> int:
+    if isinstance(reply, int):
+        return reply
+    if isinstance(reply, bytes):
+        return int(reply)
+    raise StoreUnavailable(f"Redis answered {reply!r} for a number")
+
+
+def _pairs(reply: Reply) -> dict[str, int]:
+    """HGETALL's flat list of field, value, field, value, ... as a dict."""
+    if not isinstance(reply, list):
         return {}
-    return {bytes(k).decode(): int(v) for k, v in items}
+    return {
+        k.decode() if isinstance(k, bytes) else str(k): _integer(v)
+        for k, v in zip(reply[::2], reply[1::2], strict=True)
+    }

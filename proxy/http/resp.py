@@ -1,0 +1,225 @@
+"""``RespConnection``: one pipelined connection to Redis, speaking RESP2 on asyncio's Protocol.
+
+A call writes its commands at once, and the replies, read in order as they arrive, resolve its
+future in ``data_received``: no task is woken but the caller's. Through the ``redis`` package's
+asyncio client one EVALSHA took more CPU than the rest of a request (docs/performance.md), which
+limits on the hot path cannot afford. What is spoken is the protocol's stable core (RESP2, as
+Redis 2.6 and every later version answers it): commands as arrays of bulk strings; replies as
+simple strings, errors, integers, bulk strings and arrays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, TypeAlias, cast
+from urllib.parse import parse_qs, unquote, urlsplit
+
+# A reply is refused past this size: a read of every team's ledger is far below it.
+REPLY_MAX: Final = 64 * 2**20
+
+
+class ReplyError(Exception):
+    """An error reply (``-ERR ...``, ``-NOSCRIPT ...``): the command's, not the connection's."""
+
+    @property
+    def kind(self) -> str:
+        return str(self).split(" ", 1)[0]
+
+
+Arg: TypeAlias = str | int | float | bytes
+Reply: TypeAlias = "bytes | int | list[Reply] | ReplyError | None"
+
+
+class ProtocolError(Exception):
+    """What came is not RESP2: the connection is dropped."""
+
+
+class Incomplete(Exception):
+    """The reply has not all arrived yet."""
+
+
+def pack(command: Sequence[Arg]) -> bytes:
+    """A command as RESP2's array of bulk strings."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        else:
+            data = repr(arg).encode() if isinstance(arg, float) else b"%d" % arg
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def parse(buffer: bytes | bytearray, start: int) -> tuple[Reply, int]:
+    """One reply from ``buffer[start:]`` and where the next begins; ``Incomplete`` if it has
+    not all come yet."""
+    end = buffer.find(b"\r\n", start)
+    if end < 0:
+        raise Incomplete
+    kind, line = buffer[start : start + 1], buffer[start + 1 : end]
+    after = end + 2
+    if kind == b":":
+        return int(line), after
+    if kind == b"$":
+        size = int(line)
+        if size < 0:
+            return None, after
+        if size > REPLY_MAX:
+            raise ProtocolError(f"a bulk string of {size} bytes")
+        if len(buffer) < after + size + 2:
+            raise Incomplete
+        return bytes(buffer[after : after + size]), after + size + 2
+    if kind == b"+":
+        return bytes(line), after
+    if kind == b"-":
+        return ReplyError(bytes(line).decode(errors="replace")), after
+    if kind == b"*":
+        count = int(line)
+        if count < 0:
+            return None, after
+        items: list[Reply] = []
+        for _ in range(count):
+            item, after = parse(buffer, after)
+            items.append(item)
+        return items, after
+    raise ProtocolError(f"not a RESP2 reply: {bytes(buffer[start : start + 16])!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where a Redis URL points, and how to log in (docs/limits.md gives the forms)."""
+
+    host: str | None
+    port: int
+    path: str | None  # a Unix socket
+    tls: bool
+    username: str | None
+    password: str | None
+    db: int
+
+
+def address(url: str) -> Address:
+    """``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) or
+    ``unix:///path[?db=N&password=...]``; ``ValueError`` otherwise."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    username = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    if "password" in query:
+        password = query["password"][0]
+    db = int(query["db"][0]) if "db" in query else 0
+    if parts.scheme == "unix":
+        return Address(None, 0, parts.path, False, username, password, db)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(f"not a Redis URL: {parts.scheme}://")
+    if parts.path.strip("/"):
+        db = int(parts.path.strip("/"))
+    return Address(
+        parts.hostname or "localhost",
+        parts.port or 6379,
+        None,
+        parts.scheme == "rediss",
+        username,
+        password,
+        db,
+    )
+
+
+class _Call:
+    __slots__ = ("future", "left", "replies")
+
+    def __init__(self, future: asyncio.Future[list[Reply]], count: int) -> None:
+        self.future = future
+        self.left = count
+        self.replies: list[Reply] = []
+
+
+class RespConnection(asyncio.Protocol):
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._calls: collections.deque[_Call] = collections.deque()
+        self.closed = False
+
+    @classmethod
+    async def open(cls, where: Address) -> RespConnection:
+        """Connected, logged in and on its database (within the caller's timeout)."""
+        loop = asyncio.get_running_loop()
+        if where.path is not None:
+            _, connection = await loop.create_unix_connection(cls, where.path)
+        else:
+            context = ssl.create_default_context() if where.tls else None
+            host = where.host or "localhost"
+            _, connection = await loop.create_connection(cls, host, where.port, ssl=context)
+        setup: list[list[Arg]] = []
+        if where.password is not None:
+            setup.append(["AUTH", *([where.username] if where.username else []), where.password])
+        if where.db:
+            setup.append(["SELECT", where.db])
+        if setup:
+            for reply in await connection.call(setup):
+                if isinstance(reply, ReplyError):
+                    connection.close()
+                    raise reply
+        return connection
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream's transport (uvloop's is not an asyncio.Transport subclass, but is one).
+        self._transport = cast(asyncio.Transport, transport)
+
+    def call(self, commands: Sequence[Sequence[Arg]]) -> asyncio.Future[list[Reply]]:
+        """The replies to ``commands``, in order, written now (an error reply is its
+        ``ReplyError``; a connection lost fails the future with ``ConnectionError``)."""
+        future: asyncio.Future[list[Reply]] = asyncio.get_running_loop().create_future()
+        if self.closed or self._transport is None:
+            future.set_exception(ConnectionError("the connection to Redis is closed"))
+            return future
+        self._calls.append(_Call(future, len(commands)))
+        self._transport.write(b"".join([pack(command) for command in commands]))
+        return future
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        try:
+            while start < len(buffer):
+                reply, start = parse(buffer, start)
+                call = self._calls[0]
+                call.replies.append(reply)
+                call.left -= 1
+                if not call.left:
+                    self._calls.popleft()
+                    if not call.future.done():
+                        call.future.set_result(call.replies)
+        except Incomplete:
+            pass
+        except (ProtocolError, ValueError, IndexError) as exc:  # IndexError: nobody asked
+            del buffer[:start]
+            self._fail(ConnectionError(f"Redis spoke wrongly: {exc}"))
+            return
+        del buffer[:start]
+        if len(buffer) > REPLY_MAX:
+            self._fail(ConnectionError("a reply from Redis is too large"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail(ConnectionError(f"the connection to Redis was lost: {exc or 'closed'}"))
+
+    def _fail(self, error: Exception) -> None:
+        self.close()
+        while self._calls:
+            call = self._calls.popleft()
+            if not call.future.done():
+                call.future.set_exception(error)
+
+    def close(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.close()
