@@ -3,9 +3,10 @@
 Each script is one atomic step on the server (Redis runs a script alone), and does exactly what
 ``proxy.core.limits_store.MemoryStore`` does with the same KEYS and ARGV: ``RESERVE`` checks
 every counter and the lease set before it adds to any; ``SETTLE`` corrects counters (never below
-0), frees the lease and adds the request to the usage ledger (``proxy.core.ledger``). Every key
-gets its TTL when it is written, so windows expire on their own. Redis Cluster: every key of one
-call has the team's hash tag (``limits.key_prefix``), so they are in one slot.
+0), frees leases and adds to the usage ledger (``proxy.core.ledger``), for the requests of one
+team that ``proxy.core.tally`` gathered. Every key gets its TTL when it is written, so windows
+expire on their own. Redis Cluster: every key of one call has the team's hash tag
+(``limits.key_prefix``), so they are in one slot.
 
 Two Lua 5.1 traps: ``GET`` of a missing key gives false, not nil; and a number is a double,
 which ``tostring`` writes as ``1e+15`` past 14 digits, which ``INCRBY`` and ``SET`` would not
@@ -16,8 +17,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from proxy.core.ledger import Entry
-from proxy.core.limits import Decision, Reservation, Settlement, admit
+from proxy.core.limits import Decision, Reservation, admit
 
 RESERVE: Final = """
 -- KEYS[i], i = 1..n: the charges' counters; KEYS[n + 1], if there is one: the lease set.
@@ -69,33 +69,37 @@ return {admitted, unpack(used)}
 """
 
 SETTLE: Final = """
--- KEYS: n counters to correct, then the lease set if ARGV[2] is not '', then h ledger hashes.
--- ARGV[1] n, ARGV[2] the lease's member or '', ARGV[3] h, ARGV[4] f; correction i:
--- ARGV[3 + 2 * i] delta, ARGV[4 + 2 * i] ttl; then h ttls, one per hash; then f pairs of
--- (field, increment), added to every hash (proxy.core.ledger).
+-- One team's settlements (proxy.core.tally): KEYS: n counters, then m lease sets, then h ledger
+-- hashes. ARGV[1] n, ARGV[2] m, ARGV[3] h; then for each counter its delta and ttl; for each
+-- lease set the count of its members, then them; for each hash its ttl and its count of
+-- fields, then each field and its increment. ARGV is read in order, from ARGV[4] on.
 local n = tonumber(ARGV[1])
-local member = ARGV[2]
+local m = tonumber(ARGV[2])
 local h = tonumber(ARGV[3])
-local f = tonumber(ARGV[4])
+local a = 4
 for i = 1, n do
   local key = KEYS[i]
-  local delta = tonumber(ARGV[3 + 2 * i])
-  local ttl = ARGV[4 + 2 * i]
+  local delta = tonumber(ARGV[a])
   local value = tonumber(redis.call('GET', key) or '0')
-  redis.call('SET', key, string.format('%d', math.max(0, value + delta)), 'EX', ttl)
+  redis.call('SET', key, string.format('%d', math.max(0, value + delta)), 'EX', ARGV[a + 1])
+  a = a + 2
 end
-local k = n
-if member ~= '' then
-  local lease_key = KEYS[n + 1]
-  redis.call('ZREM', lease_key, member)
-  k = n + 1
+for i = 1, m do
+  local lease_key = KEYS[n + i]
+  local count = tonumber(ARGV[a])
+  for j = 1, count do
+    redis.call('ZREM', lease_key, ARGV[a + j])
+  end
+  a = a + count + 1
 end
-local a = 4 + 2 * n
 for i = 1, h do
-  local hash_key = KEYS[k + i]
-  local hash_ttl = ARGV[a + i]
-  for p = 1, f do
-    redis.call('HINCRBY', hash_key, ARGV[a + h + 2 * p - 1], ARGV[a + h + 2 * p])
+  local hash_key = KEYS[n + m + i]
+  local hash_ttl = ARGV[a]
+  local fields = tonumber(ARGV[a + 1])
+  a = a + 2
+  for j = 1, fields do
+    redis.call('HINCRBY', hash_key, ARGV[a], ARGV[a + 1])
+    a = a + 2
   end
   redis.call('EXPIRE', hash_key, hash_ttl)
 end
@@ -126,27 +130,3 @@ def reserve_decision(reservation: Reservation, reply: list[int], now: float) -> 
     if decision.admitted != bool(admitted):
         raise ValueError("the RESERVE script and limits.admit disagree")
     return decision
-
-
-def settle_call(settlement: Settlement, entry: Entry | None) -> tuple[list[str], list[str]]:
-    """SETTLE's KEYS and ARGV for ``settlement`` and the request's ledger ``entry``."""
-    lease = settlement.lease
-    hashes = entry.keys if entry is not None and entry.fields else ()
-    fields = entry.fields if hashes and entry is not None else ()
-    keys = [c.key for c in settlement.corrections]
-    args = [
-        str(len(settlement.corrections)),
-        lease.member if lease is not None else "",
-        str(len(hashes)),
-        str(len(fields)),
-    ]
-    for c in settlement.corrections:
-        args += [str(c.delta), str(c.ttl)]
-    if lease is not None:
-        keys.append(lease.key)
-    if entry is not None and hashes:
-        keys += hashes
-        args += [str(ttl) for ttl in entry.ttls]
-        for name, value in fields:
-            args += [name, str(value)]
-    return keys, args

@@ -54,25 +54,29 @@ class MemoryStore:
 
     def eval_settle(self, keys: Sequence[str], args: Sequence[str], now: float) -> None:
         """SETTLE (``limits_lua``), at ``now`` (for the keys' expiry, as Redis's clock)."""
-        n, member, h, f = int(args[0]), args[1], int(args[2]), int(args[3])
+        n, m, h = int(args[0]), int(args[1]), int(args[2])
+        a = 3
         for i in range(n):
             key = keys[i]
-            value = self.value(key, now) + int(args[4 + 2 * i])
-            self.counters[key] = (max(0, value), now + int(args[5 + 2 * i]))
-        k = n
-        if member:
-            self.leases.get(keys[k], {}).pop(member, None)
-            k += 1
-        a = 4 + 2 * n
-        pairs = [(args[a + h + 2 * i], int(args[a + h + 2 * i + 1])) for i in range(f)]
-        for j in range(h):
-            key = keys[k + j]
-            fields, expiry = self.hashes.get(key, ({}, math.inf))
-            if expiry <= now:
-                fields = {}
-            for name, increment in pairs:
-                fields[name] = fields.get(name, 0) + increment
-            self.hashes[key] = (fields, now + int(args[a + j]))
+            value = self.value(key, now) + int(args[a])
+            self.counters[key] = (max(0, value), now + int(args[a + 1]))
+            a += 2
+        for i in range(m):
+            held = self.leases.get(keys[n + i], {})
+            count = int(args[a])
+            for member in args[a + 1 : a + 1 + count]:
+                held.pop(member, None)
+            a += count + 1
+        for i in range(h):
+            key = keys[n + m + i]
+            ttl, count = int(args[a]), int(args[a + 1])
+            a += 2
+            found = self.hashes.get(key)
+            fields = found[0] if found is not None and found[1] > now else {}
+            for _ in range(count):
+                fields[args[a]] = fields.get(args[a], 0) + int(args[a + 1])
+                a += 2
+            self.hashes[key] = (fields, now + ttl)
 
     # --- reads -----------------------------------------------------------------------------
 

@@ -171,7 +171,8 @@ class Limiter:
             # No usage: nothing was spent (refused upstream, or never sent).
             spent = cost if usage is not None else 0.0
             settlement = settle(reservation, usage or _NOTHING, spent, now, self.windows)
-        call = (settlement, self.ledger.entry(exchange.team, exchange.model, usage, cost, now))
+        team = exchange.team
+        call = (team, settlement, self.ledger.entry(team, exchange.model, usage, cost, now))
         if self._local is not None:
             self._local.settle_now(*call)
             return

@@ -132,31 +132,43 @@ def address(url: str) -> Address:
 
 
 class _Call:
-    __slots__ = ("future", "left", "replies")
+    __slots__ = ("future", "left", "replies", "sent")
 
-    def __init__(self, future: asyncio.Future[list[Reply]], count: int) -> None:
+    def __init__(self, future: asyncio.Future[list[Reply]], count: int, sent: float) -> None:
         self.future = future
         self.left = count
         self.replies: list[Reply] = []
+        self.sent = sent
 
 
 class RespConnection(asyncio.Protocol):
-    def __init__(self) -> None:
+    """``timeout``: a call not answered within it fails with ``TimeoutError``, and so does
+    every call after it, for the connection is closed (a late reply would be taken for the
+    next call's). One watchdog checks, not a timer per call."""
+
+    def __init__(self, timeout: float = 1.0) -> None:
+        self.timeout = timeout
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._calls: collections.deque[_Call] = collections.deque()
+        self._out: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+        self._watchdog: asyncio.TimerHandle | None = None
         self.closed = False
 
     @classmethod
-    async def open(cls, where: Address) -> RespConnection:
-        """Connected, logged in and on its database (within the caller's timeout)."""
+    async def open(cls, where: Address, wait: float) -> RespConnection:
+        """Connected, logged in and on its database (within the caller's timeout); ``wait``:
+        the most each call may wait for its reply."""
         loop = asyncio.get_running_loop()
         if where.path is not None:
-            _, connection = await loop.create_unix_connection(cls, where.path)
+            _, connection = await loop.create_unix_connection(lambda: cls(wait), where.path)
         else:
             context = ssl.create_default_context() if where.tls else None
             host = where.host or "localhost"
-            _, connection = await loop.create_connection(cls, host, where.port, ssl=context)
+            _, connection = await loop.create_connection(
+                lambda: cls(wait), host, where.port, ssl=context
+            )
         setup: list[list[Arg]] = []
         if where.password is not None:
             setup.append(["AUTH", *([where.username] if where.username else []), where.password])
@@ -180,9 +192,31 @@ class RespConnection(asyncio.Protocol):
         if self.closed or self._transport is None:
             future.set_exception(ConnectionError("the connection to Redis is closed"))
             return future
-        self._calls.append(_Call(future, len(commands)))
-        self._transport.write(b"".join([pack(command) for command in commands]))
+        now = self._loop.time()
+        self._calls.append(_Call(future, len(commands), now))
+        if not self._out:
+            # Written once this turn of the loop is over, with every call made during it: one
+            # write (and one reply to read) for the requests of a busy moment.
+            self._loop.call_soon(self._flush)
+        self._out.extend([pack(command) for command in commands])
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_at(now + self.timeout, self._watch)
         return future
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and not self.closed and self._transport is not None:
+            self._transport.write(b"".join(out))
+
+    def _watch(self) -> None:
+        self._watchdog = None
+        if not self._calls:
+            return
+        oldest = self._calls[0].sent
+        if self._loop.time() - oldest >= self.timeout:
+            self._fail(TimeoutError(f"Redis did not answer within {self.timeout:g} s"))
+        else:
+            self._watchdog = self._loop.call_at(oldest + self.timeout, self._watch)
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -221,5 +255,9 @@ class RespConnection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._out = []
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._transport is not None:
             self._transport.close()

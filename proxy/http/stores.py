@@ -20,8 +20,9 @@ import orjson
 
 from proxy.core.ledger import Entry
 from proxy.core.limits import Decision, Reservation, Settlement
-from proxy.core.limits_lua import RESERVE, SETTLE, reserve_call, reserve_decision, settle_call
+from proxy.core.limits_lua import RESERVE, SETTLE, reserve_call, reserve_decision
 from proxy.core.limits_store import MemoryStore, Snapshot
+from proxy.core.tally import Tally
 from proxy.http.resp import Arg, Reply, ReplyError, RespConnection, address
 
 # How often the local store drops expired keys (reads ignore them meanwhile).
@@ -30,7 +31,7 @@ PURGE_EVERY: Final = 60.0
 LINE_LIMIT: Final = 16 * 2**20
 
 
-Settle = tuple[Settlement, Entry | None]  # a request's settlement and its ledger entry
+Settle = tuple[str, Settlement, Entry | None]  # a request's team, settlement, ledger entry
 
 
 class StoreUnavailable(Exception):
@@ -65,7 +66,7 @@ class LocalStore:
         self.memory = MemoryStore()
         self._purged = time.time()
 
-    def settle_now(self, settlement: Settlement, entry: Entry | None) -> None:
+    def settle_now(self, team: str, settlement: Settlement, entry: Entry | None) -> None:
         now = time.time()
         self.memory.settle(settlement, now, entry)
         if now - self._purged > PURGE_EVERY:
@@ -76,8 +77,8 @@ class LocalStore:
         return self.memory.reserve(reservation, now)
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
-        for settlement, entry in calls:
-            self.settle_now(settlement, entry)
+        for team, settlement, entry in calls:
+            self.settle_now(team, settlement, entry)
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -183,7 +184,7 @@ class WorkerStore:
         return reserve_decision(reservation, [int(value) for value in reply], now)
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
-        await self._calls([["settle", *settle_call(s, e)] for s, e in calls])
+        await self._calls([["settle", keys, args] for keys, args in _tallied(calls)])
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -225,7 +226,7 @@ class RedisStore:
         return reserve_decision(reservation, [_integer(value) for value in reply], now)
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
-        await self._scripts(SETTLE, [settle_call(s, e) for s, e in calls])
+        await self._scripts(SETTLE, _tallied(calls))
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -262,13 +263,14 @@ class RedisStore:
     async def _call(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
         sent = False
         try:
-            async with asyncio.timeout(self.timeout):
-                connection = self._connection
-                if connection is None or connection.closed:
+            connection = self._connection
+            if connection is None or connection.closed:
+                async with asyncio.timeout(self.timeout):
                     connection = await self._connect()
-                replies = connection.call(commands)
-                sent = True
-                return await replies
+            # Bounded by the connection's watchdog (its timeout is ours), not a timer per call.
+            replies = connection.call(commands)
+            sent = True
+            return await replies
         except TimeoutError:
             # A server that does not answer: its replies, if they ever come, are not read.
             self._drop()
@@ -283,7 +285,9 @@ class RedisStore:
         async with self._connecting:
             connection = self._connection
             if connection is None or connection.closed:
-                connection = self._connection = await RespConnection.open(self._address)
+                connection = self._connection = await RespConnection.open(
+                    self._address, self.timeout
+                )
             return connection
 
     def _drop(self) -> None:
@@ -293,6 +297,13 @@ class RedisStore:
 
     async def close(self) -> None:
         self._drop()
+
+
+def _tallied(calls: Sequence[Settle]) -> list[tuple[list[str], list[str]]]:
+    tally = Tally()
+    for team, settlement, entry in calls:
+        tally.add(team, settlement, entry)
+    return tally.calls()
 
 
 def _checked(replies: list[Reply]) -> list[Reply]:

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.errors import to_openai_error
-from proxy.core.ledger import entry
 from proxy.core.limits import (
     GRACE_SECONDS,
     Budget,
@@ -25,10 +24,8 @@ from proxy.core.limits import (
 )
 from proxy.core.limits_lua import (
     RESERVE,
-    SETTLE,
     reserve_call,
     reserve_decision,
-    settle_call,
 )
 from proxy.core.limits_store import MemoryStore
 from proxy.core.prices import Price
@@ -335,7 +332,7 @@ def _check(
     expected: dict[str, list[str]],
     names: dict[str, int] | None = None,
 ) -> None:
-    n = int(args[0] if script is SETTLE else args[1])
+    n = int(args[1])
     seen = set()
     for name, table, index in _reads(script):
         values = expected[name]
@@ -377,41 +374,6 @@ def test_reserve_script_reads_what_reserve_call_gives() -> None:
 def test_reserve_script_without_a_lease_reads_no_lease() -> None:
     keys, args = reserve_call(ask(Limits(requests_per_minute=1)), T0)
     assert (len(keys), len(args)) == (1, 5)  # KEYS[n + 1] is nil: no lease set
-
-
-def test_settle_script_reads_what_settle_call_gives() -> None:
-    r = ask(Limits(tokens_per_minute=1000, concurrency=2, budget=Budget("tokens", 10**6, "day")))
-    s = settle(r, Usage(10, 100, 110), None, T0 + 1)
-    e = entry("t", "gpt", Usage(10, 100, 110), None, T0 + 1)
-    keys, args = settle_call(s, e)
-    _check(
-        SETTLE,
-        keys,
-        args,
-        {
-            "n": ["2"],
-            "member": ["r"],
-            "h": ["2"],
-            "f": [str(len(e.fields))],
-            "key": [c.key for c in s.corrections],
-            "delta": ["60", "60"],
-            "ttl": [str(c.ttl) for c in s.corrections],
-            "lease_key": ["lim:{t}:inflight"],
-            "hash_key": list(e.keys),
-            "hash_ttl": [str(ttl) for ttl in e.ttls],
-        },
-        {"k": 3, "a": 4 + 2 * 2},
-    )
-    fields = args[4 + 2 * 2 + 2 :]
-    assert fields == [item for name, value in e.fields for item in (name, str(value))]
-
-
-def test_settle_script_without_a_lease_or_entry_reads_neither() -> None:
-    s = settle(ask(Limits(tokens_per_minute=1000)), Usage(1, 2, 3), None, T0 + 1)
-    keys, args = settle_call(s, None)
-    assert keys == [s.corrections[0].key]
-    c = s.corrections[0]
-    assert args == ["1", "", "0", "0", str(c.delta), str(c.ttl)]
 
 
 def test_reserve_decision_reads_the_scripts_reply() -> None:

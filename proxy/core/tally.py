@@ -1,0 +1,77 @@
+"""``Tally``: the settlements of ended requests, gathered until they are sent to a shared store
+(sans-IO). Per team, each counter's corrections are summed, the leases to free listed and the
+ledger's increments summed, so that a batch costs one SETTLE call per team however many
+requests it holds (``limits_lua.SETTLE`` reads what ``calls`` gives).
+
+Summing corrections before the floor at 0 is applied changes nothing a request can see: a
+refund only meets its own reservation, which the counter still holds (the floor is for a key
+the store lost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.core.ledger import Entry
+from proxy.core.limits import Settlement
+
+
+@dataclass(slots=True)
+class _Team:
+    counters: dict[str, list[int]] = field(default_factory=dict)  # key -> [delta, ttl]
+    leases: dict[str, list[str]] = field(default_factory=dict)  # lease set -> members
+    hashes: dict[str, tuple[int, dict[str, int]]] = field(
+        default_factory=dict
+    )  # key -> ttl, fields
+
+
+class Tally:
+    __slots__ = ("_teams", "count")
+
+    def __init__(self) -> None:
+        self._teams: dict[str, _Team] = {}
+        self.count = 0  # the requests it holds
+
+    def add(self, team: str, settlement: Settlement, entry: Entry | None) -> None:
+        held = self._teams.get(team)
+        if held is None:
+            held = self._teams[team] = _Team()
+        self.count += 1
+        counters = held.counters
+        for c in settlement.corrections:
+            found = counters.get(c.key)
+            if found is None:
+                counters[c.key] = [c.delta, c.ttl]
+            else:
+                found[0] += c.delta
+                found[1] = max(found[1], c.ttl)
+        lease = settlement.lease
+        if lease is not None:
+            held.leases.setdefault(lease.key, []).append(lease.member)
+        if entry is not None and entry.fields:
+            for key, ttl in zip(entry.keys, entry.ttls, strict=True):
+                kept = held.hashes.get(key)
+                if kept is None:
+                    kept = held.hashes[key] = (ttl, {})
+                fields = kept[1]
+                for name, increment in entry.fields:
+                    fields[name] = fields.get(name, 0) + increment
+
+    def calls(self) -> list[tuple[list[str], list[str]]]:
+        """SETTLE's KEYS and ARGV, one call per team."""
+        made = []
+        for held in self._teams.values():
+            counters = [(k, v) for k, v in held.counters.items() if v[0]]
+            keys = [k for k, _ in counters] + list(held.leases) + list(held.hashes)
+            args = [str(len(counters)), str(len(held.leases)), str(len(held.hashes))]
+            for _, (delta, ttl) in counters:
+                args += [str(delta), str(ttl)]
+            for members in held.leases.values():
+                args.append(str(len(members)))
+                args += members
+            for ttl, fields in held.hashes.values():
+                args += [str(ttl), str(len(fields))]
+                for name, value in fields.items():
+                    args += [name, str(value)]
+            made.append((keys, args))
+        return made
