@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from proxy.core.limits import NANOS_PER_USD, Windows, nanos, window
 from proxy.core.usage import Usage
@@ -35,8 +34,7 @@ _PERIOD: Final = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
 PeriodKind = Literal["day", "month"]
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One request's increments, written to its team's day and month hashes."""
 
     keys: tuple[str, str]

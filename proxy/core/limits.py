@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from proxy.core.errors import RateLimited
 from proxy.core.prices import Price
@@ -61,8 +61,7 @@ class Limits:
 NO_LIMITS: Final = Limits()
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):
     id: str
     end: float  # epoch seconds
     start: float = 0.0
@@ -112,8 +111,7 @@ def key_prefix(team: str, counter: str) -> str:
     return f"lim:{{{team}}}:{counter}"
 
 
-@dataclass(frozen=True, slots=True)
-class Charge:
+class Charge(NamedTuple):
     """One counter that a reservation adds ``amount`` to, if ``used + amount <= limit``."""
 
     code: Code
@@ -122,15 +120,10 @@ class Charge:
     window: Window
     amount: int
     limit: int
-    key: str = ""  # prefix:window; made once, as it is read several times
-
-    def __post_init__(self) -> None:
-        if not self.key:
-            object.__setattr__(self, "key", f"{self.prefix}:{self.window.id}")
+    key: str  # prefix:window; made once, as it is read several times
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(NamedTuple):
     """One slot of the team's concurrency, held until settled or until ``deadline``."""
 
     key: str
@@ -139,8 +132,7 @@ class Lease:
     deadline: float
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(NamedTuple):
     """What admission takes for one request; ``tokens`` and ``usd`` are what it may spend."""
 
     team: str
@@ -236,10 +228,10 @@ def reserve(
     return Reservation(team, tokens, usd, tuple(charges), lease)
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """Admission's answer: ``used`` is each charge's counter as it was seen (before this
-    request), ``in_flight`` the leases held; refused, the limit that refused it."""
+    request), ``in_flight`` the leases held (one process's store may count expired ones while
+    they are under the limit); refused, the limit that refused it."""
 
     admitted: bool
     used: tuple[int, ...]
@@ -294,15 +286,13 @@ def _refusal(charge: Charge, value: int) -> str:
 # --- settlement --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Correction:
+class Correction(NamedTuple):
     key: str
     delta: int
     ttl: int
 
 
-@dataclass(frozen=True, slots=True)
-class Settlement:
+class Settlement(NamedTuple):
     corrections: tuple[Correction, ...]
     lease: Lease | None
 
@@ -335,7 +325,7 @@ def settle(
         if current.id != charge.window.id:
             if delta <= 0:
                 continue
-            charge = replace(charge, window=current, key="")
+            charge = charge._replace(window=current, key=f"{charge.prefix}:{current.id}")
         if delta:
             corrections.append(Correction(charge.key, delta, charge.window.ttl(now)))
     return Settlement(tuple(corrections), reservation.lease)
@@ -360,9 +350,17 @@ def duration(seconds: float) -> str:
     return f"{hours}h{text}" if hours else text
 
 
-_HEADER_NAMES: Final[Mapping[Code, str]] = {
-    "requests_per_minute": "requests",
-    "tokens_per_minute": "tokens",
+def _names(kind: str) -> tuple[str, str, str]:
+    return (
+        f"x-ratelimit-limit-{kind}",
+        f"x-ratelimit-remaining-{kind}",
+        f"x-ratelimit-reset-{kind}",
+    )
+
+
+_HEADER_NAMES: Final[Mapping[Code, tuple[str, str, str]]] = {
+    "requests_per_minute": _names("requests"),
+    "tokens_per_minute": _names("tokens"),
 }
 
 
@@ -370,12 +368,16 @@ def rate_limit_headers(reservation: Reservation, decision: Decision, now: float)
     """x-ratelimit-{limit,remaining,reset}-{requests,tokens} for the team's per-minute limits,
     as of the decision (an admitted request counted in full)."""
     headers: dict[str, str] = {}
+    reset = ""  # both are of the same minute
     for charge, value in zip(reservation.charges, decision.used, strict=True):
-        name = _HEADER_NAMES.get(charge.code)
-        if name is None:
+        names = _HEADER_NAMES.get(charge.code)
+        if names is None:
             continue
-        taken = value + (charge.amount if decision.admitted else 0)
-        headers[f"x-ratelimit-limit-{name}"] = str(charge.limit)
-        headers[f"x-ratelimit-remaining-{name}"] = str(max(0, charge.limit - taken))
-        headers[f"x-ratelimit-reset-{name}"] = duration(charge.window.end - now)
+        taken = value + charge.amount if decision.admitted else value
+        if not reset:
+            reset = duration(charge.window.end - now)
+        limit, remaining, reset_name = names
+        headers[limit] = str(charge.limit)
+        headers[remaining] = str(charge.limit - taken if taken < charge.limit else 0)
+        headers[reset_name] = reset
     return headers
