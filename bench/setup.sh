@@ -28,10 +28,12 @@ TENSORZERO=${TENSORZERO:-tensorzero==2026.6.0}
 PY_SPY=${PY_SPY:-py-spy==0.4.3}
 
 if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null \
+    || ! command -v redis-server >/dev/null \
     || [ ! -e /usr/lib/nginx/modules/ngx_http_echo_module.so ]; then
     apt-get update -qq
+    # redis-server: bench/limits.py's shared store.
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        nginx-light libnginx-mod-http-echo wrk >/dev/null
+        nginx-light libnginx-mod-http-echo wrk redis-server >/dev/null
 fi
 echo "nginx: $(nginx -v 2>&1); wrk: $(wrk -v 2>&1 | head -1)"
 
