@@ -325,7 +325,9 @@ def settle(
         if current.id != charge.window.id:
             if delta <= 0:
                 continue
-            charge = charge._replace(window=current, key=f"{charge.prefix}:{current.id}")
+            key = f"{charge.prefix}:{current.id}"
+            charge = Charge(charge.code, charge.prefix, charge.period, current, charge.amount,
+                            charge.limit, key)  # fmt: skip
         if delta:
             corrections.append(Correction(charge.key, delta, charge.window.ttl(now)))
     return Settlement(tuple(corrections), reservation.lease)
