@@ -39,7 +39,7 @@ import canned
 import gateways
 import load
 from gateways import Gateway
-from procs import Service, cpu_seconds, free_port, wait_http
+from procs import cpu_seconds
 from report import LATENCY, figure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,13 +98,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp_name:
         tmp = Path(tmp_name)
-        tmp.chmod(0o711)  # nginx's workers (user nobody) read the canned answers in here
-        nginx_port = free_port()
-        conf = canned.write_upstream(tmp / "nginx", nginx_port, 0.05)
-        nginx = Service("nginx", ["nginx", "-c", str(conf), "-p", str(conf.parent)], tmp / "n.log")
+        nginx, nginx_port = canned.start_upstream(tmp)
         started: list[Gateway] = []
         try:
-            wait_http(f"http://127.0.0.1:{nginx_port}/healthz", nginx, 10)
             with (
                 checkout(args.base, tmp / "a") as source_a,
                 checkout(args.new, tmp / "b") as source_b,

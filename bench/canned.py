@@ -14,6 +14,8 @@ import json
 import resource
 from pathlib import Path
 
+from procs import Service, free_port, wait_http
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "providers"
 TEMPLATE = Path(__file__).resolve().parent / "nginx.conf.template"
@@ -95,3 +97,18 @@ def write_upstream(directory: Path, port: int, slow_delay: float) -> Path:
     for item in [directory, *directory.rglob("*")]:
         item.chmod(0o755 if item.is_dir() else 0o644)
     return path
+
+
+def start_upstream(tmp: Path, slow_delay: float = 0.05) -> tuple[Service, int]:
+    """nginx serving the canned answers from ``tmp`` (made readable to its workers), and its
+    port, once it answers."""
+    tmp.chmod(0o711)  # nginx's workers (user nobody) read the canned answers in here
+    port = free_port()
+    conf = write_upstream(tmp / "nginx", port, slow_delay)
+    nginx = Service("nginx", ["nginx", "-c", str(conf), "-p", str(conf.parent)], tmp / "n.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", nginx, 10)
+    except BaseException:
+        nginx.stop()
+        raise
+    return nginx, port

@@ -32,7 +32,7 @@ import gateways
 import load
 from ab import measure
 from gateways import Gateway
-from procs import Service, free_port, wait_http
+from procs import Service, free_port
 
 LIMITS = (
     "{requests_per_minute: 1000000000, tokens_per_minute: 1000000000000, concurrency: 100000,"
@@ -65,14 +65,10 @@ def main() -> int:
     results: dict[str, dict[str, list[tuple[float, float] | None]]] = {}
     with tempfile.TemporaryDirectory(prefix="limits-") as tmp_name:
         tmp = Path(tmp_name)
-        tmp.chmod(0o711)  # nginx's workers (user nobody) read the canned answers in here
-        nginx_port = free_port()
-        conf = canned.write_upstream(tmp / "nginx", nginx_port, 0.05)
-        nginx = Service("nginx", ["nginx", "-c", str(conf), "-p", str(conf.parent)], tmp / "n.log")
+        nginx, nginx_port = canned.start_upstream(tmp)
         redis, redis_port = start_redis(tmp)
         started: list[Gateway] = []
         try:
-            wait_http(f"http://127.0.0.1:{nginx_port}/healthz", nginx, 10)
             state = f"{{redis: 'redis://127.0.0.1:{redis_port}/0'}}"
             for name, limits, store in (("off", "", ""), ("memory", LIMITS, ""),
                                         ("redis", LIMITS, state)):  # fmt: skip

@@ -247,7 +247,9 @@ def parse_config(
     teams = {
         n: _parse_team(ck, n, v, p, seen_keys, secrets) for n, v, p in ck.section(root, "teams")
     }
-    admin_digests = parse_admin(ck, root.get("admin"), _team_key, seen_keys, secrets)
+    admin_digests = parse_admin(
+        ck, root.get("admin"), lambda node, path: _keys(ck, node, path, seen_keys, secrets)
+    )
     state, state_secrets = parse_state(ck, root.get("state"))
     secrets += state_secrets
     for provider in providers.values():
@@ -561,18 +563,31 @@ def _parse_team(
     node = ck.mapping(raw, path, _TEAM_KEYS)
     if node is None:
         return Team(name, (), ())
+    digests = _keys(ck, node, path, seen, secrets)
+    models = tuple(glob for _, glob in ck.items(node, "models", path, text))
+    limits = parse_limits(ck, node.get("limits"), join_path(path, "limits"))
+    return Team(name, digests, models, limits)
+
+
+def _keys(
+    ck: Checker,
+    node: Mapping[str, object],
+    path: str,
+    seen: dict[bytes, str],
+    secrets: list[str],
+) -> tuple[bytes, ...]:
+    """The digests of ``node``'s ``keys`` (a team's, or the admin's); each key's clear form
+    goes to ``secrets``, for redaction."""
     digests: list[bytes] = []
     for item, (key, digest) in ck.items(node, "keys", path, _team_key):
         if key is not None:
             secrets.append(key)
-        # One key, one team: otherwise which team a request belongs to would be ambiguous.
+        # One key, one team (or the admin): otherwise whose request it is would be ambiguous.
         if digest in seen:
             ck.fail(item, f"duplicate key: same as {seen[digest]}")
         seen.setdefault(digest, item)
         digests.append(digest)
-    models = tuple(glob for _, glob in ck.items(node, "models", path, text))
-    limits = parse_limits(ck, node.get("limits"), join_path(path, "limits"))
-    return Team(name, tuple(digests), models, limits)
+    return tuple(digests)
 
 
 # --- the readers of this contract's own values (the general ones are in proxy.core.checker) ------

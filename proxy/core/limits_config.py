@@ -138,26 +138,17 @@ def _parse_budget(ck: Checker, raw: object, path: str) -> Budget | None:
 def parse_admin(
     ck: Checker,
     raw: object,
-    read_key: Callable[[object], tuple[str | None, bytes]],
-    seen: dict[bytes, str],
-    secrets: list[str],
+    read_keys: Callable[[Mapping[str, object], str], tuple[bytes, ...]],
 ) -> tuple[bytes, ...]:
-    """``admin.keys``' digests; ``seen`` holds every team key's, which none may equal (one
-    key, one role: a team key that were an admin key would let a team manage every team)."""
+    """``admin.keys``' digests, read by ``read_keys`` as teams' are, which also refuses one
+    equal to a team's (one key, one role: a team key that were an admin key would let a team
+    manage every team)."""
     if raw is None:
         return ()
     node = ck.mapping(raw, "admin", ADMIN_KEYS)
     if node is None:
         return ()
-    digests: list[bytes] = []
-    for item, (key, digest) in ck.items(node, "keys", "admin", read_key):
-        if key is not None:
-            secrets.append(key)
-        if digest in seen:
-            ck.fail(item, f"duplicate key: same as {seen[digest]}")
-        seen.setdefault(digest, item)
-        digests.append(digest)
-    return tuple(digests)
+    return read_keys(node, "admin")
 
 
 def check_usd_budgets(
