@@ -61,7 +61,9 @@ def _as_int(value: object) -> int | None:
     return None
 
 
-def _as_number(value: object) -> float | None:
+def as_number(value: object) -> float | None:
+    """A finite number (an int, a float, or a string that spells one, as ``${VAR}`` gives),
+    else None: for readers of their own bounds and messages."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     if isinstance(value, str) and not _NUMBER.fullmatch(value):
@@ -86,14 +88,14 @@ def int_reader(low: int | None, high: int | None, what: str) -> Callable[[object
 
 
 def positive(value: object) -> float:
-    number = _as_number(value)
+    number = as_number(value)
     if number is None or number <= 0:
         raise Invalid("must be a positive number")
     return number
 
 
 def non_negative(value: object) -> float:
-    number = _as_number(value)
+    number = as_number(value)
     if number is None or number < 0:
         raise Invalid("must be a number >= 0")
     return number

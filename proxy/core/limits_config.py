@@ -14,14 +14,13 @@ hardware, or budget tokens).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Literal
 from urllib.parse import urlsplit
 
-from proxy.core.checker import Checker, Invalid, int_reader, join_path, member, text
+from proxy.core.checker import Checker, Invalid, as_number, int_reader, join_path, member, text
 from proxy.core.limits import NO_LIMITS, Budget, Limits
 
 OnFailure = Literal["open", "closed"]
@@ -49,12 +48,9 @@ _count = int_reader(1, None, "must be a positive integer")
 
 
 def _timeout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    seconds = as_number(value)
+    if seconds is None:
         raise Invalid("must be a number of seconds")
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise Invalid("must be a number of seconds") from None
     if not 0.001 <= seconds <= 5:
         raise Invalid("must be between 0.001 and 5 seconds (a request must not wait on it)")
     return seconds
@@ -65,13 +61,8 @@ _period = member(("day", "month"), "period", listed=True)
 
 
 def _usd(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise Invalid("must be a positive number of USD")
-    try:
-        amount = float(value)
-    except ValueError:
-        raise Invalid("must be a positive number of USD") from None
-    if not math.isfinite(amount) or amount <= 0:
+    amount = as_number(value)
+    if amount is None or amount <= 0:
         raise Invalid("must be a positive number of USD")
     # Counted in nano-USD in doubles (Lua's numbers): exact to 2**53 of them.
     if amount > 9_000_000:
