@@ -89,18 +89,28 @@ def window(period: Period, now: float) -> Window:
 
 
 class Windows:
-    """The window of each period that holds now, made once per window rather than once per
-    request (a month's takes a few datetime calls). Not shared between threads."""
+    """The window of each period that holds now, and each team's charges in them, made once
+    per window rather than once per request (a month's takes a few datetime calls, and a
+    request's admission is on its path). Not shared between threads."""
 
-    __slots__ = ("_current",)
+    __slots__ = ("_current", "_plans")
 
     def __init__(self) -> None:
         self._current: dict[str, Window] = {}
+        self._plans: dict[str, Plan] = {}
 
     def __call__(self, period: Period, now: float) -> Window:
         found = self._current.get(period)
         if found is None or not found.start <= now < found.end:
             found = self._current[period] = window(period, now)
+        return found
+
+    def plan(self, team: str, limits: Limits, now: float) -> Plan:
+        """The team's charges in the windows holding ``now``, and its lease set's key."""
+        found = self._plans.get(team)
+        # Identity, not equality: a reloaded configuration's limits are new objects.
+        if found is None or found.limits is not limits or not found.start <= now < found.end:
+            found = self._plans[team] = _plan(team, limits, now, self)
         return found
 
 
@@ -111,16 +121,36 @@ def key_prefix(team: str, counter: str) -> str:
     return f"lim:{{{team}}}:{counter}"
 
 
+# What a charge counts: the index of its amount in ``Reservation.amounts``.
+REQUESTS: Final = 0
+TOKENS: Final = 1
+NANOS: Final = 2
+
+
 class Charge(NamedTuple):
-    """One counter that a reservation adds ``amount`` to, if ``used + amount <= limit``."""
+    """One counter of a team's, in one window: a reservation adds its amount (of ``unit``)
+    if ``used + amount <= limit``. The same for every request of the window."""
 
     code: Code
     prefix: str  # the key without its window: the budget's names its kind, lest units mix
     period: Period
     window: Window
-    amount: int
     limit: int
-    key: str  # prefix:window; made once, as it is read several times
+    key: str  # prefix:window
+    unit: int  # REQUESTS, TOKENS or NANOS
+    expires: int  # when the key is dropped (epoch seconds): the window's end and a grace
+    headers: tuple[str, str, str] | None  # its x-ratelimit-* names, for a per-minute one
+    limit_text: str
+
+
+class Plan(NamedTuple):
+    """A team's charges in the current windows (``Windows.plan``)."""
+
+    limits: Limits
+    start: float  # the charges hold from ``start`` to ``end``, when the first window ends
+    end: float
+    charges: tuple[Charge, ...]
+    lease_key: str
 
 
 class Lease(NamedTuple):
@@ -133,13 +163,18 @@ class Lease(NamedTuple):
 
 
 class Reservation(NamedTuple):
-    """What admission takes for one request; ``tokens`` and ``usd`` are what it may spend."""
+    """What admission takes for one request; ``tokens`` and ``usd`` are what it may spend.
+    ``amounts``: what it adds to a charge of each unit (1 request, its tokens, its nano-USD)."""
 
     team: str
     tokens: int
     usd: float | None
     charges: tuple[Charge, ...]
+    amounts: tuple[int, int, int]
     lease: Lease | None = None
+
+    def amount(self, charge: Charge) -> int:
+        return self.amounts[charge.unit]
 
 
 def prompt_estimate(prompt: object) -> int:
@@ -187,45 +222,50 @@ def reserve(
     """The reservation of a request: 1 request, its estimated prompt plus ``max_tokens`` (the
     client's, or the model's ceiling), those tokens at ``price`` (the dearest of the model's
     deployments) for a USD budget, and a slot for ``lease_seconds`` (its longest duration).
-    ``windows``: a cache of the current windows, kept by the caller."""
+    ``windows``: a cache of the current windows and charges, kept by the caller."""
     tokens = prompt_tokens + max_tokens
     usd = None if price is None else price.cost(Usage(prompt_tokens, max_tokens, tokens))
-    at = windows or window
-    charges: list[Charge] = []
-    if limits.requests_per_minute is not None:
-        minute = at("minute", now)
-        prefix = key_prefix(team, "rpm")
-        charges.append(
-            Charge("requests_per_minute", prefix, "minute", minute, 1,
-                   limits.requests_per_minute, f"{prefix}:{minute.id}")
-        )  # fmt: skip
-    if limits.tokens_per_minute is not None:
-        minute = at("minute", now)
-        prefix = key_prefix(team, "tpm")
-        charges.append(
-            Charge("tokens_per_minute", prefix, "minute", minute, tokens,
-                   limits.tokens_per_minute, f"{prefix}:{minute.id}")
-        )  # fmt: skip
-    budget = limits.budget
-    if budget is not None:
-        period = at(budget.period, now)
-        prefix = key_prefix(team, f"budget:{budget.kind}")
-        if budget.kind == "tokens":
-            amount, limit = tokens, int(budget.amount)
-        else:
-            # An unpriced model reserves nothing of a USD budget; the configuration refuses a
-            # USD budget on a team that can reach one (proxy.core.limits_config).
-            amount, limit = nanos(usd or 0.0), nanos(budget.amount)
-        charges.append(
-            Charge("budget", prefix, budget.period, period, amount, limit,
-                   f"{prefix}:{period.id}")
-        )  # fmt: skip
+    plan = (windows or Windows()).plan(team, limits, now)
     lease = None
     if limits.concurrency is not None:
-        lease = Lease(
-            key_prefix(team, "inflight"), lease_id, limits.concurrency, now + lease_seconds
-        )
-    return Reservation(team, tokens, usd, tuple(charges), lease)
+        lease = Lease(plan.lease_key, lease_id, limits.concurrency, now + lease_seconds)
+    # An unpriced model reserves nothing of a USD budget; the configuration refuses a USD
+    # budget on a team that can reach one (proxy.core.limits_config).
+    amounts = (1, tokens, nanos(usd) if usd else 0)
+    return Reservation(team, tokens, usd, plan.charges, amounts, lease)
+
+
+def _plan(team: str, limits: Limits, now: float, windows: Windows) -> Plan:
+    charges: list[Charge] = []
+    if limits.requests_per_minute is not None:
+        charges.append(_charge(team, "requests_per_minute", "rpm", "minute", REQUESTS,
+                               limits.requests_per_minute, windows("minute", now)))  # fmt: skip
+    if limits.tokens_per_minute is not None:
+        charges.append(_charge(team, "tokens_per_minute", "tpm", "minute", TOKENS,
+                               limits.tokens_per_minute, windows("minute", now)))  # fmt: skip
+    budget = limits.budget
+    if budget is not None:
+        usd = budget.kind == "usd"
+        limit = nanos(budget.amount) if usd else int(budget.amount)
+        charges.append(_charge(team, "budget", f"budget:{budget.kind}", budget.period,
+                               NANOS if usd else TOKENS, limit,
+                               windows(budget.period, now)))  # fmt: skip
+    start = max((c.window.start for c in charges), default=-math.inf)
+    end = min((c.window.end for c in charges), default=math.inf)
+    return Plan(limits, start, end, tuple(charges), key_prefix(team, "inflight"))
+
+
+def _charge(
+    team: str, code: Code, counter: str, period: Period, unit: int, limit: int, at: Window
+) -> Charge:
+    prefix = key_prefix(team, counter)
+    return Charge(code, prefix, period, at, limit, f"{prefix}:{at.id}", unit,
+                  expires(at), _HEADER_NAMES.get(code), str(limit))  # fmt: skip
+
+
+def expires(at: Window) -> int:
+    """When a window's keys are dropped: its end (whole seconds), and a grace."""
+    return math.ceil(at.end) + GRACE_SECONDS
 
 
 class Decision(NamedTuple):
@@ -258,10 +298,12 @@ def admit(reservation: Reservation, used: tuple[int, ...], in_flight: int, now: 
     Of several limits reached, the one whose wait is longest is reported: retrying after a
     shorter one's would be refused again."""
     refusals: list[tuple[int, Code, str]] = []
+    amounts = reservation.amounts
     for charge, value in zip(reservation.charges, used, strict=True):
-        if value + charge.amount > charge.limit:
+        amount = amounts[charge.unit]
+        if value + amount > charge.limit:
             wait = max(1, math.ceil(charge.window.end - now))
-            refusals.append((wait, charge.code, _refusal(charge, value)))
+            refusals.append((wait, charge.code, _refusal(charge, value, amount)))
     lease = reservation.lease
     if lease is not None and in_flight + 1 > lease.limit:
         refusals.append(
@@ -273,12 +315,12 @@ def admit(reservation: Reservation, used: tuple[int, ...], in_flight: int, now: 
     return Decision(False, used, in_flight, code, wait, message)
 
 
-def _refusal(charge: Charge, value: int) -> str:
+def _refusal(charge: Charge, value: int, amount: int) -> str:
     text = f"{_MESSAGES[charge.code]}: limit {charge.limit}, used {value}"
-    if charge.code != "requests_per_minute":
-        unit = "nano-USD" if charge.prefix.endswith("usd") else "tokens"
-        text += f", this request may use {charge.amount} {unit}"
-    if charge.amount > charge.limit:
+    if charge.unit != REQUESTS:
+        unit = "nano-USD" if charge.unit == NANOS else "tokens"
+        text += f", this request may use {amount} {unit}"
+    if amount > charge.limit:
         text += " (more than the whole limit: lower max_tokens)"
     return text
 
@@ -289,7 +331,7 @@ def _refusal(charge: Charge, value: int) -> str:
 class Correction(NamedTuple):
     key: str
     delta: int
-    ttl: int
+    expires: int  # epoch seconds, as ``Charge.expires``
 
 
 class Settlement(NamedTuple):
@@ -311,25 +353,23 @@ def settle(
     request ran keeps the reservation; the excess goes to the window ``now`` is in, and a
     refund is dropped (an ended window admits nothing more). The lease is released."""
     tokens = usage.prompt_tokens + usage.completion_tokens
+    amounts = reservation.amounts
     corrections: list[Correction] = []
     for charge in reservation.charges:
-        if charge.code == "requests_per_minute":
+        unit = charge.unit
+        if unit == REQUESTS:
             continue
-        if charge.prefix.endswith("usd"):
-            # Unknown cost (an unpriced deployment): the reservation stands, never zero.
-            actual = charge.amount if cost is None else nanos(cost)
-        else:
-            actual = tokens
-        delta = actual - charge.amount
-        current = (windows or window)(charge.period, now)
-        if current.id != charge.window.id:
-            if delta <= 0:
-                continue
-            key = f"{charge.prefix}:{current.id}"
-            charge = Charge(charge.code, charge.prefix, charge.period, current, charge.amount,
-                            charge.limit, key)  # fmt: skip
-        if delta:
-            corrections.append(Correction(charge.key, delta, charge.window.ttl(now)))
+        amount = amounts[unit]
+        # Unknown cost (an unpriced deployment): the reservation stands, never zero.
+        spent = tokens if unit == TOKENS else amount if cost is None else nanos(cost)
+        delta = spent - amount
+        if not delta:
+            continue
+        if now < charge.window.end:
+            corrections.append(Correction(charge.key, delta, charge.expires))
+        elif delta > 0:
+            current = (windows or window)(charge.period, now)
+            corrections.append(Correction(f"{charge.prefix}:{current.id}", delta, expires(current)))
     return Settlement(tuple(corrections), reservation.lease)
 
 
@@ -342,6 +382,9 @@ def duration(seconds: float) -> str:
     ms = max(0, round(seconds * 1000))
     if ms < 1000:
         return f"{ms}ms"
+    if ms < 60_000:  # a per-minute window's, every time
+        whole, fraction = divmod(ms, 1000)
+        return f"{whole}.{fraction:03d}".rstrip("0") + "s" if fraction else f"{whole}s"
     hours, rest = divmod(ms, 3_600_000)
     minutes, rest = divmod(rest, 60_000)
     whole, fraction = divmod(rest, 1000)
@@ -371,15 +414,16 @@ def rate_limit_headers(reservation: Reservation, decision: Decision, now: float)
     as of the decision (an admitted request counted in full)."""
     headers: dict[str, str] = {}
     reset = ""  # both are of the same minute
+    amounts = reservation.amounts
     for charge, value in zip(reservation.charges, decision.used, strict=True):
-        names = _HEADER_NAMES.get(charge.code)
+        names = charge.headers
         if names is None:
             continue
-        taken = value + charge.amount if decision.admitted else value
+        taken = value + amounts[charge.unit] if decision.admitted else value
         if not reset:
             reset = duration(charge.window.end - now)
         limit, remaining, reset_name = names
-        headers[limit] = str(charge.limit)
+        headers[limit] = charge.limit_text
         headers[remaining] = str(charge.limit - taken if taken < charge.limit else 0)
         headers[reset_name] = reset
     return headers

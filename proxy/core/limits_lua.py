@@ -21,20 +21,25 @@ from proxy.core.limits import Decision, Reservation, admit
 
 RESERVE: Final = """
 -- KEYS[i], i = 1..n: the charges' counters; KEYS[n + 1], if there is one: the lease set.
--- ARGV[1] now, ARGV[2] n; charge i: ARGV[3 * i] amount, ARGV[3 * i + 1] limit,
--- ARGV[3 * i + 2] ttl; the lease: ARGV[3 * n + 3] member, ARGV[3 * n + 4] limit,
--- ARGV[3 * n + 5] deadline, ARGV[3 * n + 6] ttl.
+-- ARGV, first what is the same for every request of a team's window: ARGV[1] n; charge i:
+-- ARGV[1 + i] limit, ARGV[1 + n + i] unit (0 requests, 1 tokens, 2 nano-USD), ARGV[1 + 2 * n + i]
+-- when its key expires (epoch seconds); ARGV[3 * n + 2] the lease limit. Then the request's:
+-- ARGV[3 * n + 3] now, ARGV[3 * n + 4] tokens, ARGV[3 * n + 5] nano-USD, ARGV[3 * n + 6] the
+-- lease's member, ARGV[3 * n + 7] its deadline.
 -- Returns {admitted (1 or 0), each counter as seen, the leases held}.
-local now = ARGV[1]
-local n = tonumber(ARGV[2])
+local n = tonumber(ARGV[1])
+local now = ARGV[3 * n + 3]
+local tokens = ARGV[3 * n + 4]
+local nanos = ARGV[3 * n + 5]
+local amounts = {'1', tokens, nanos}
 local used = {}
 local admitted = 1
 for i = 1, n do
   local key = KEYS[i]
-  local amount = tonumber(ARGV[3 * i])
-  local limit = tonumber(ARGV[3 * i + 1])
+  local limit = tonumber(ARGV[1 + i])
+  local unit = tonumber(ARGV[1 + n + i])
   used[i] = tonumber(redis.call('GET', key) or '0')
-  if used[i] + amount > limit then admitted = 0 end
+  if used[i] + tonumber(amounts[unit + 1]) > limit then admitted = 0 end
 end
 local lease_key = KEYS[n + 1]
 local in_flight = 0
@@ -42,25 +47,25 @@ if lease_key then
   -- A lease whose deadline has passed is a request that died without settling.
   redis.call('ZREMRANGEBYSCORE', lease_key, '-inf', now)
   in_flight = redis.call('ZCARD', lease_key)
-  local lease_limit = tonumber(ARGV[3 * n + 4])
+  local lease_limit = tonumber(ARGV[3 * n + 2])
   if in_flight + 1 > lease_limit then admitted = 0 end
 end
 if admitted == 1 then
   for i = 1, n do
     local key = KEYS[i]
-    local amount_text = ARGV[3 * i]
-    local ttl = ARGV[3 * i + 2]
-    redis.call('INCRBY', key, amount_text)
-    redis.call('EXPIRE', key, ttl)
+    local unit = tonumber(ARGV[1 + n + i])
+    local expires = ARGV[1 + 2 * n + i]
+    redis.call('INCRBY', key, amounts[unit + 1])
+    redis.call('EXPIREAT', key, expires)
   end
   if lease_key then
-    local member = ARGV[3 * n + 3]
-    local deadline = ARGV[3 * n + 5]
-    local lease_ttl = ARGV[3 * n + 6]
+    local member = ARGV[3 * n + 6]
+    local deadline = ARGV[3 * n + 7]
+    local lease_ttl = math.max(1, math.floor(tonumber(deadline) - tonumber(now)) + 1)
     redis.call('ZADD', lease_key, deadline, member)
     -- Only ever lengthened: a shorter lease must not expire the set under a longer one.
-    if redis.call('TTL', lease_key) < tonumber(lease_ttl) then
-      redis.call('EXPIRE', lease_key, lease_ttl)
+    if redis.call('TTL', lease_key) < lease_ttl then
+      redis.call('EXPIRE', lease_key, string.format('%d', lease_ttl))
     end
   end
 end
@@ -109,24 +114,47 @@ return n
 
 def reserve_call(reservation: Reservation, now: float) -> tuple[list[str], list[str]]:
     """RESERVE's KEYS and ARGV for ``reservation``."""
-    keys = [charge.key for charge in reservation.charges]
-    args = [repr(float(now)), str(len(reservation.charges))]
-    for charge in reservation.charges:
-        args += [str(charge.amount), str(charge.limit), str(charge.window.ttl(now))]
+    keys, static = reserve_static(reservation)
+    return keys, static + reserve_dynamic(reservation, now)
+
+
+def reserve_static(reservation: Reservation) -> tuple[list[str], list[str]]:
+    """RESERVE's KEYS, and the ARGV that every reservation of the team's window shares (a
+    store may keep them, encoded, for the window's length)."""
+    charges = reservation.charges
     lease = reservation.lease
+    keys = [charge.key for charge in charges]
+    args = [str(len(charges))]
+    args += [charge.limit_text for charge in charges]
+    args += [str(charge.unit) for charge in charges]
+    args += [str(charge.expires) for charge in charges]
+    args.append(str(lease.limit) if lease is not None else "0")
     if lease is not None:
         keys.append(lease.key)
-        ttl = max(1, int(lease.deadline - now) + 1)
-        args += [lease.member, str(lease.limit), repr(float(lease.deadline)), str(ttl)]
     return keys, args
 
 
+# How many of RESERVE's ARGV are the request's own (``reserve_dynamic``).
+DYNAMIC_ARGS: Final = 5
+
+
+def reserve_dynamic(reservation: Reservation, now: float) -> list[str]:
+    """The rest of RESERVE's ARGV: this request's."""
+    _, tokens, nanos = reservation.amounts
+    lease = reservation.lease
+    if lease is None:
+        return [repr(float(now)), str(tokens), str(nanos), "", "0"]
+    return [repr(float(now)), str(tokens), str(nanos), lease.member, repr(float(lease.deadline))]
+
+
 def reserve_decision(reservation: Reservation, reply: list[int], now: float) -> Decision:
-    """The decision of RESERVE's reply: ``admit`` on the counters the script saw, which must
-    agree with what the script did."""
-    admitted, *used = reply
-    in_flight = used.pop() if used else 0
-    decision = admit(reservation, tuple(used), in_flight, now)
-    if decision.admitted != bool(admitted):
+    """The decision of RESERVE's reply: the script's counters as seen, and for a refusal,
+    ``admit``'s account of it, which must agree that it is one."""
+    in_flight = reply[-1] if len(reply) > 1 else 0
+    used = tuple(reply[1:-1])
+    if reply[0]:
+        return Decision(True, used, in_flight)
+    decision = admit(reservation, used, in_flight, now)
+    if decision.admitted:
         raise ValueError("the RESERVE script and limits.admit disagree")
     return decision

@@ -36,20 +36,26 @@ class MemoryStore:
 
     def eval_reserve(self, keys: Sequence[str], args: Sequence[str]) -> list[int]:
         """RESERVE (``limits_lua``): its reply."""
-        now = float(args[0])
-        n = int(args[1])
+        n = int(args[0])
+        limits = [int(a) for a in args[1 : 1 + n]]
+        units = [int(a) for a in args[1 + n : 1 + 2 * n]]
+        expiries = [float(a) for a in args[1 + 2 * n : 1 + 3 * n]]
+        lease_limit = int(args[1 + 3 * n])
+        now = float(args[2 + 3 * n])
+        amounts = (1, int(args[3 + 3 * n]), int(args[4 + 3 * n]))
+        member, deadline = args[5 + 3 * n], float(args[6 + 3 * n])
         used = [self.value(keys[i], now) for i in range(n)]
-        admitted = all(used[i] + int(args[2 + 3 * i]) <= int(args[3 + 3 * i]) for i in range(n))
+        admitted = all(used[i] + amounts[units[i]] <= limits[i] for i in range(n))
         lease_key = keys[n] if len(keys) > n else None
         in_flight = 0
         if lease_key is not None:
             in_flight = self.in_flight(lease_key, now)
-            admitted = admitted and in_flight + 1 <= int(args[3 + 3 * n])
+            admitted = admitted and in_flight + 1 <= lease_limit
         if admitted:
             for i in range(n):
-                self._add(keys[i], int(args[2 + 3 * i]), int(args[4 + 3 * i]), now)
+                self.counters[keys[i]] = (self.value(keys[i], now) + amounts[units[i]], expiries[i])
             if lease_key is not None:
-                self.leases.setdefault(lease_key, {})[args[2 + 3 * n]] = float(args[4 + 3 * n])
+                self.leases.setdefault(lease_key, {})[member] = deadline
         return [int(admitted), *used, in_flight]
 
     def eval_settle(self, keys: Sequence[str], args: Sequence[str], now: float) -> None:
@@ -113,17 +119,22 @@ class MemoryStore:
         for key in [k for k, (_, expiry) in self.hashes.items() if expiry <= now]:
             del self.hashes[key]
 
-    def _add(self, key: str, delta: int, ttl: int, now: float) -> None:
-        self.counters[key] = (self.value(key, now) + delta, now + ttl)
-
     # --- the same, by reservation and settlement, without the strings ----------------------
     # What a worker alone calls for every request: the scripts' semantics on the objects
     # themselves (tests/core/test_limits_store.py holds the two ways to the same results).
 
     def reserve(self, reservation: Reservation, now: float) -> Decision:
         charges = reservation.charges
-        value = self.value
-        used = tuple([value(charge.key, now) for charge in charges])
+        amounts = reservation.amounts
+        counters = self.counters
+        fits = True
+        used = []
+        for charge in charges:
+            found = counters.get(charge.key)
+            seen = found[0] if found is not None and found[1] > now else 0
+            used.append(seen)
+            if seen + amounts[charge.unit] > charge.limit:
+                fits = False
         lease = reservation.lease
         in_flight = 0
         if lease is not None:
@@ -132,22 +143,24 @@ class MemoryStore:
             in_flight = len(self.leases.get(lease.key, ()))
             if in_flight >= lease.limit:
                 in_flight = self.in_flight(lease.key, now)
-        decision = admit(reservation, used, in_flight, now)
-        if decision.admitted:
-            counters = self.counters
-            for charge, seen in zip(charges, used, strict=True):
-                counters[charge.key] = (seen + charge.amount, now + charge.window.ttl(now))
-            if lease is not None:
-                self.leases.setdefault(lease.key, {})[lease.member] = lease.deadline
-        return decision
+            fits = fits and in_flight < lease.limit
+        if not fits:
+            return admit(reservation, tuple(used), in_flight, now)
+        for charge, seen in zip(charges, used, strict=True):
+            counters[charge.key] = (seen + amounts[charge.unit], charge.expires)
+        if lease is not None:
+            self.leases.setdefault(lease.key, {})[lease.member] = lease.deadline
+        return Decision(True, tuple(used), in_flight)
 
     def settle(self, settlement: Settlement, now: float, entry: Entry | None = None) -> None:
         counters = self.counters
         for c in settlement.corrections:
-            counters[c.key] = (max(0, self.value(c.key, now) + c.delta), now + c.ttl)
+            counters[c.key] = (max(0, self.value(c.key, now) + c.delta), c.expires)
         lease = settlement.lease
         if lease is not None:
-            self.leases.get(lease.key, {}).pop(lease.member, None)
+            held = self.leases.get(lease.key)
+            if held is not None:
+                held.pop(lease.member, None)
         if entry is None or not entry.fields:
             return
         for key, ttl in zip(entry.keys, entry.ttls, strict=True):

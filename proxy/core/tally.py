@@ -10,6 +10,7 @@ the store lost).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from proxy.core.ledger import Entry
@@ -18,11 +19,12 @@ from proxy.core.limits import Settlement
 
 @dataclass(slots=True)
 class _Team:
-    counters: dict[str, list[int]] = field(default_factory=dict)  # key -> [delta, ttl]
+    counters: dict[str, list[int]] = field(default_factory=dict)  # key -> [delta, expires]
     leases: dict[str, list[str]] = field(default_factory=dict)  # lease set -> members
-    hashes: dict[str, tuple[int, dict[str, int]]] = field(
+    # An entry's hashes (its day's and month's) take the same increments: summed once for both.
+    hashes: dict[tuple[str, ...], tuple[tuple[int, ...], dict[str, int]]] = field(
         default_factory=dict
-    )  # key -> ttl, fields
+    )  # keys -> their ttls, fields
 
 
 class Tally:
@@ -41,35 +43,40 @@ class Tally:
         for c in settlement.corrections:
             found = counters.get(c.key)
             if found is None:
-                counters[c.key] = [c.delta, c.ttl]
+                counters[c.key] = [c.delta, c.expires]
             else:
                 found[0] += c.delta
-                found[1] = max(found[1], c.ttl)
+                found[1] = max(found[1], c.expires)
         lease = settlement.lease
         if lease is not None:
             held.leases.setdefault(lease.key, []).append(lease.member)
         if entry is not None and entry.fields:
-            for key, ttl in zip(entry.keys, entry.ttls, strict=True):
-                kept = held.hashes.get(key)
-                if kept is None:
-                    kept = held.hashes[key] = (ttl, {})
-                fields = kept[1]
-                for name, increment in entry.fields:
-                    fields[name] = fields.get(name, 0) + increment
+            kept = held.hashes.get(entry.keys)
+            if kept is None:
+                kept = held.hashes[entry.keys] = (entry.ttls, {})
+            fields = kept[1]
+            for name, increment in entry.fields:
+                fields[name] = fields.get(name, 0) + increment
 
-    def calls(self) -> list[tuple[list[str], list[str]]]:
-        """SETTLE's KEYS and ARGV, one call per team."""
+    def calls(self, now: float) -> list[tuple[list[str], list[str]]]:
+        """SETTLE's KEYS and ARGV, one call per team, sent at ``now`` (a counter's TTL is
+        from it to the key's expiry)."""
         made = []
         for held in self._teams.values():
             counters = [(k, v) for k, v in held.counters.items() if v[0]]
-            keys = [k for k, _ in counters] + list(held.leases) + list(held.hashes)
-            args = [str(len(counters)), str(len(held.leases)), str(len(held.hashes))]
-            for _, (delta, ttl) in counters:
-                args += [str(delta), str(ttl)]
+            hashes = [
+                (key, ttl, fields)
+                for keys, (ttls, fields) in held.hashes.items()
+                for key, ttl in zip(keys, ttls, strict=True)
+            ]
+            keys = [k for k, _ in counters] + list(held.leases) + [key for key, _, _ in hashes]
+            args = [str(len(counters)), str(len(held.leases)), str(len(hashes))]
+            for _, (delta, expires) in counters:
+                args += [str(delta), str(max(1, math.ceil(expires - now)))]
             for members in held.leases.values():
                 args.append(str(len(members)))
                 args += members
-            for ttl, fields in held.hashes.values():
+            for _, ttl, fields in hashes:
                 args += [str(ttl), str(len(fields))]
                 for name, value in fields.items():
                     args += [name, str(value)]

@@ -143,15 +143,19 @@ class Limiter:
             now=now,
             windows=self.windows,
         )
-        if not self._usable():
+        if self._local is not None:
+            # Nothing to wait for: no coroutine, on every request.
+            decision = self._local.memory.reserve(reservation, now)
+        elif not self._usable():
             self._unchecked()
             return None
-        try:
-            decision = await self.store.reserve(reservation, now)
-        except StoreUnavailable as exc:
-            self._failed("reserve", exc)
-            self._unchecked()
-            return None
+        else:
+            try:
+                decision = await self.store.reserve(reservation, now)
+            except StoreUnavailable as exc:
+                self._failed("reserve", exc)
+                self._unchecked()
+                return None
         if not self.up:
             self._answered()
         headers = rate_limit_headers(reservation, decision, now)

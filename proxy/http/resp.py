@@ -34,6 +34,9 @@ Arg: TypeAlias = str | int | float | bytes
 Reply: TypeAlias = "bytes | int | list[Reply] | ReplyError | None"
 
 
+_SIMPLE, _ERROR, _INTEGER, _BULK, _ARRAY = b"+-:$*"
+
+
 class ProtocolError(Exception):
     """What came is not RESP2: the connection is dropped."""
 
@@ -44,8 +47,14 @@ class Incomplete(Exception):
 
 def pack(command: Sequence[Arg]) -> bytes:
     """A command as RESP2's array of bulk strings."""
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
+    return b"*%d\r\n" % len(command) + pack_args(command)
+
+
+def pack_args(args: Sequence[Arg]) -> bytes:
+    """Arguments as RESP2's bulk strings, to follow an array's header: a caller that sends
+    the same first arguments again and again may pack them once."""
+    parts = []
+    for arg in args:
         if isinstance(arg, bytes):
             data = arg
         elif isinstance(arg, str):
@@ -56,17 +65,26 @@ def pack(command: Sequence[Arg]) -> bytes:
     return b"".join(parts)
 
 
+def pack_texts(texts: Sequence[str]) -> bytes:
+    """``pack_args`` of strings, at one encoding for all of them (what a request adds to a
+    command packed ahead)."""
+    joined = "".join([f"${len(text)}\r\n{text}\r\n" for text in texts])
+    data = joined.encode()
+    # A length counts bytes: past ASCII, characters are not bytes.
+    return data if len(data) == len(joined) else pack_args(texts)
+
+
 def parse(buffer: bytes | bytearray, start: int) -> tuple[Reply, int]:
     """One reply from ``buffer[start:]`` and where the next begins; ``Incomplete`` if it has
     not all come yet."""
     end = buffer.find(b"\r\n", start)
     if end < 0:
         raise Incomplete
-    kind, line = buffer[start : start + 1], buffer[start + 1 : end]
+    kind, line = buffer[start], buffer[start + 1 : end]
     after = end + 2
-    if kind == b":":
+    if kind == _INTEGER:
         return int(line), after
-    if kind == b"$":
+    if kind == _BULK:
         size = int(line)
         if size < 0:
             return None, after
@@ -75,18 +93,27 @@ def parse(buffer: bytes | bytearray, start: int) -> tuple[Reply, int]:
         if len(buffer) < after + size + 2:
             raise Incomplete
         return bytes(buffer[after : after + size]), after + size + 2
-    if kind == b"+":
+    if kind == _SIMPLE:
         return bytes(line), after
-    if kind == b"-":
+    if kind == _ERROR:
         return ReplyError(bytes(line).decode(errors="replace")), after
-    if kind == b"*":
+    if kind == _ARRAY:
         count = int(line)
         if count < 0:
             return None, after
         items: list[Reply] = []
+        find, size = buffer.find, len(buffer)
         for _ in range(count):
-            item, after = parse(buffer, after)
-            items.append(item)
+            if after < size and buffer[after] == _INTEGER:
+                # The scripts' replies are arrays of integers: read here, not by recursion.
+                end = find(b"\r\n", after)
+                if end < 0:
+                    raise Incomplete
+                items.append(int(buffer[after + 1 : end]))
+                after = end + 2
+            else:
+                item, after = parse(buffer, after)
+                items.append(item)
         return items, after
     raise ProtocolError(f"not a RESP2 reply: {bytes(buffer[start : start + 16])!r}")
 
@@ -188,17 +215,21 @@ class RespConnection(asyncio.Protocol):
     def call(self, commands: Sequence[Sequence[Arg]]) -> asyncio.Future[list[Reply]]:
         """The replies to ``commands``, in order, written now (an error reply is its
         ``ReplyError``; a connection lost fails the future with ``ConnectionError``)."""
-        future: asyncio.Future[list[Reply]] = asyncio.get_running_loop().create_future()
+        return self.send(b"".join([pack(command) for command in commands]), len(commands))
+
+    def send(self, data: bytes, count: int) -> asyncio.Future[list[Reply]]:
+        """``call`` for ``count`` commands already packed into ``data``."""
+        future: asyncio.Future[list[Reply]] = self._loop.create_future()
         if self.closed or self._transport is None:
             future.set_exception(ConnectionError("the connection to Redis is closed"))
             return future
         now = self._loop.time()
-        self._calls.append(_Call(future, len(commands), now))
+        self._calls.append(_Call(future, count, now))
         if not self._out:
             # Written once this turn of the loop is over, with every call made during it: one
             # write (and one reply to read) for the requests of a busy moment.
             self._loop.call_soon(self._flush)
-        self._out.extend([pack(command) for command in commands])
+        self._out.append(data)
         if self._watchdog is None:
             self._watchdog = self._loop.call_at(now + self.timeout, self._watch)
         return future

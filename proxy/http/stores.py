@@ -14,16 +14,33 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 import orjson
 
 from proxy.core.ledger import Entry
-from proxy.core.limits import Decision, Reservation, Settlement
-from proxy.core.limits_lua import RESERVE, SETTLE, reserve_call, reserve_decision
+from proxy.core.limits import Charge, Decision, Reservation, Settlement
+from proxy.core.limits_lua import (
+    DYNAMIC_ARGS,
+    RESERVE,
+    SETTLE,
+    reserve_call,
+    reserve_decision,
+    reserve_dynamic,
+    reserve_static,
+)
 from proxy.core.limits_store import MemoryStore, Snapshot
 from proxy.core.tally import Tally
-from proxy.http.resp import Arg, Reply, ReplyError, RespConnection, address
+from proxy.http.resp import (
+    Arg,
+    Reply,
+    ReplyError,
+    RespConnection,
+    address,
+    pack,
+    pack_args,
+    pack_texts,
+)
 
 # How often the local store drops expired keys (reads ignore them meanwhile).
 PURGE_EVERY: Final = 60.0
@@ -218,12 +235,24 @@ class RedisStore:
         }
         self._connection: RespConnection | None = None
         self._connecting: asyncio.Lock | None = None
+        # Per team, its charges and RESERVE packed up to the request's own ARGV.
+        self._reserve: dict[str, tuple[tuple[Charge, ...], bytes]] = {}
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        (reply,) = await self._scripts(RESERVE, [reserve_call(reservation, now)])
-        if not isinstance(reply, list):
+        charges = reservation.charges
+        kept = self._reserve.get(reservation.team)
+        if kept is None or kept[0] is not charges:
+            kept = self._reserve[reservation.team] = (charges, self._reserve_head(reservation))
+        command = kept[1] + pack_texts(reserve_dynamic(reservation, now))
+        (reply,) = await self._evalsha(RESERVE, command)
+        if not isinstance(reply, list) or not all(isinstance(value, int) for value in reply):
             raise StoreUnavailable(f"Redis answered RESERVE with {reply!r}")
-        return reserve_decision(reservation, [_integer(value) for value in reply], now)
+        return reserve_decision(reservation, cast(list[int], reply), now)
+
+    def _reserve_head(self, reservation: Reservation) -> bytes:
+        keys, static = reserve_static(reservation)
+        head: list[Arg] = ["EVALSHA", self._sha[RESERVE], len(keys), *keys, *static]
+        return b"*%d\r\n" % (len(head) + DYNAMIC_ARGS) + pack_args(head)
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
         await self._scripts(SETTLE, _tallied(calls))
@@ -244,6 +273,14 @@ class RedisStore:
             tuple(_pairs(h) for h in found),
         )
 
+    async def _evalsha(self, script: str, command: bytes) -> list[Reply]:
+        """One EVALSHA already packed, loading the script if the server lost it."""
+        replies = await self._send(command, 1)
+        if isinstance(replies[0], ReplyError) and replies[0].kind == "NOSCRIPT":
+            _checked(await self._call([["SCRIPT", "LOAD", script]]))
+            replies = await self._send(command, 1)
+        return _checked(replies)
+
     async def _scripts(
         self, script: str, calls: Sequence[tuple[list[str], list[str]]]
     ) -> list[Reply]:
@@ -261,6 +298,9 @@ class RedisStore:
         return _checked(replies)
 
     async def _call(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
+        return await self._send(b"".join([pack(command) for command in commands]), len(commands))
+
+    async def _send(self, data: bytes, count: int) -> list[Reply]:
         sent = False
         try:
             connection = self._connection
@@ -268,7 +308,7 @@ class RedisStore:
                 async with asyncio.timeout(self.timeout):
                     connection = await self._connect()
             # Bounded by the connection's watchdog (its timeout is ours), not a timer per call.
-            replies = connection.call(commands)
+            replies = connection.send(data, count)
             sent = True
             return await replies
         except TimeoutError:
@@ -303,7 +343,7 @@ def _tallied(calls: Sequence[Settle]) -> list[tuple[list[str], list[str]]]:
     tally = Tally()
     for team, settlement, entry in calls:
         tally.add(team, settlement, entry)
-    return tally.calls()
+    return tally.calls(time.time())
 
 
 def _checked(replies: list[Reply]) -> list[Reply]:

@@ -23,6 +23,7 @@ from proxy.core.limits import (
     window,
 )
 from proxy.core.limits_lua import (
+    DYNAMIC_ARGS,
     RESERVE,
     reserve_call,
     reserve_decision,
@@ -105,7 +106,7 @@ def test_reservation_takes_prompt_and_max_tokens_at_the_price() -> None:
     r = ask(Limits(budget=Budget("usd", 1, "day")), prompt=1000, max_tokens=500)
     assert r.tokens == 1500
     assert r.usd == pytest.approx((1000 * 1.0 + 500 * 2.0) / 1e6)
-    assert [c.amount for c in r.charges] == [2000 * 1000]  # nano-USD
+    assert [r.amount(c) for c in r.charges] == [2000 * 1000]  # nano-USD
     assert [c.limit for c in r.charges] == [10**9]
 
 
@@ -332,7 +333,7 @@ def _check(
     expected: dict[str, list[str]],
     names: dict[str, int] | None = None,
 ) -> None:
-    n = int(args[1])
+    n = int(args[0])
     seen = set()
     for name, table, index in _reads(script):
         values = expected[name]
@@ -354,26 +355,29 @@ def test_reserve_script_reads_what_reserve_call_gives() -> None:
         keys,
         args,
         {
-            "now": [repr(now)],
             "n": ["3"],
+            "now": [repr(now)],
+            "tokens": [str(r.tokens)],
+            "nanos": [str(nanos(r.usd or 0))],
             "key": [ch.key for ch in c],
-            "amount": [str(ch.amount) for ch in c],
-            "amount_text": [str(ch.amount) for ch in c],
             "limit": [str(ch.limit) for ch in c],
-            "ttl": [str(ch.window.ttl(now)) for ch in c],
+            "unit": ["0", "1", "2"],
+            "expires": [str(int(T0) + 60 + GRACE_SECONDS)] * 2 + [str(r.charges[2].expires)],
             "lease_key": ["lim:{t}:inflight"],
             "lease_limit": ["50"],
             "member": ["lease-id"],
             "deadline": [repr(now + 900)],
-            "lease_ttl": ["901"],
         },
     )
-    assert len(keys) == 4 and len(args) == 2 + 3 * 3 + 4
+    assert len(keys) == 4 and len(args) == 3 * 3 + 2 + DYNAMIC_ARGS
+    # The same for every request of the window but the last DYNAMIC_ARGS.
+    later = ask(Limits(600, 9000, 50, Budget("usd", 100, "month")), now + 1, lease="other")
+    assert reserve_call(later, now + 1)[1][:-DYNAMIC_ARGS] == args[:-DYNAMIC_ARGS]
 
 
 def test_reserve_script_without_a_lease_reads_no_lease() -> None:
     keys, args = reserve_call(ask(Limits(requests_per_minute=1)), T0)
-    assert (len(keys), len(args)) == (1, 5)  # KEYS[n + 1] is nil: no lease set
+    assert (len(keys), len(args)) == (1, 5 + DYNAMIC_ARGS)  # KEYS[n + 1] is nil: no lease set
 
 
 def test_reserve_decision_reads_the_scripts_reply() -> None:
@@ -382,7 +386,7 @@ def test_reserve_decision_reads_the_scripts_reply() -> None:
     refused = reserve_decision(r, [0, 2, 0], T0)
     assert (refused.code, refused.used, refused.in_flight) == ("requests_per_minute", (2,), 0)
     with pytest.raises(ValueError, match="disagree"):
-        reserve_decision(r, [1, 2, 0], T0)
+        reserve_decision(r, [0, 1, 0], T0)
 
 
 # --- the property -------------------------------------------------------------------------
@@ -415,7 +419,7 @@ def test_any_interleaving_keeps_counters_sane(steps: list[tuple[str, int, int, i
             r = open_.pop(0)
             usage = Usage(prompt, tokens, prompt + tokens)
             store.settle(settle(r, usage, PRICE.cost(usage), now), now)
-            excess += max(0, nanos(PRICE.cost(usage)) - r.charges[2].amount)
+            excess += max(0, nanos(PRICE.cost(usage)) - r.amount(r.charges[2]))
         assert all(value >= 0 for value, _ in store.counters.values())
         # The overshoot bound: the budget is passed by no more than what was not reserved.
         assert store.value("lim:{t}:budget:usd:2025-06-14", now) <= nanos(0.002) + excess

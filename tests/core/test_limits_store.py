@@ -42,7 +42,7 @@ def test_objects_and_scripts_agree(steps: list[tuple[str, str, int, int, int]]) 
         now += later
         if op == "reserve" or (op == "settle" and not held):
             # What was settled reaches the scripted store first, in one tally of any number.
-            for keys, args in tally.calls():
+            for keys, args in tally.calls(now):
                 scripted.eval_settle(keys, args, now)
             tally = Tally()
             r = reserve(team, LIMITS, prompt_tokens=prompt, max_tokens=tokens, price=PRICE,
@@ -64,10 +64,10 @@ def test_objects_and_scripts_agree(steps: list[tuple[str, str, int, int, int]]) 
             direct.settle(s, now, line)
             tally.add(r.team, s, line)
         else:
-            for keys, args in tally.calls():
+            for keys, args in tally.calls(now):
                 scripted.eval_settle(keys, args, now)
             tally = Tally()
-    for keys, args in tally.calls():
+    for keys, args in tally.calls(now):
         scripted.eval_settle(keys, args, now)
     assert {k: v for k, (v, _) in direct.counters.items()} == {
         k: v for k, (v, _) in scripted.counters.items()
@@ -92,7 +92,7 @@ def test_a_tally_sums_per_team_and_lists_its_leases() -> None:
         r = reserve("t", limits, prompt_tokens=10, max_tokens=100, price=None,
                     lease_id=lease, lease_seconds=60, now=T0)  # fmt: skip
         tally.add("t", settle(r, Usage(10, 40, 50), None, T0 + 1), entry("t", "m", None, None, T0))
-    ((keys, args),) = tally.calls()
+    ((keys, args),) = tally.calls(T0 + 1)
     assert keys == [
         f"lim:{{t}}:tpm:{int(T0 // 60)}",
         "lim:{t}:inflight",
@@ -123,5 +123,5 @@ def test_a_malformed_message_is_a_value_error(message: object) -> None:
 def test_a_settlement_with_nothing_to_do() -> None:
     store = MemoryStore()
     store.settle(Settlement((), None), T0, None)
-    assert Tally().calls() == []
+    assert Tally().calls(T0) == []
     assert (store.counters, store.leases, store.hashes) == ({}, {}, {})

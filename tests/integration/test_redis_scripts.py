@@ -79,7 +79,7 @@ def test_the_scripts_do_what_memory_store_does(
                 if n % 3 and held:  # now and then two requests' settlements in one call
                     other = held.pop(0)
                     tally.add(team, settle(other, usage, cost, now), line)
-                ((keys, args),) = tally.calls()
+                ((keys, args),) = tally.calls(now)
                 memory.eval_settle(keys, args, now)
                 settle_script(keys=keys, args=args)
             keys_seen.update(keys)
