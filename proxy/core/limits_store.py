@@ -173,13 +173,13 @@ class MemoryStore:
     # --- one message of the supervisor's protocol ------------------------------------------
 
     def call(self, message: Sequence[Any], now: float) -> object:
-        """``["reserve", keys, args]``, ``["settle", keys, args]`` or ``["read", counters,
-        leases, hashes, now]``: the reply to send back. A malformed message raises
-        ``ValueError`` (the caller answers it as an error)."""
+        """``["reserve", keys, shared args, own args]``, ``["settle", keys, args]`` or
+        ``["read", counters, leases, hashes, now]``: the reply to send back. A malformed
+        message raises ``ValueError`` (the caller answers it as an error)."""
         try:
             op = message[0]
-            if op == "reserve":
-                return self.eval_reserve(message[1], message[2])
+            if op == "reserve":  # the script's ARGV in two: the team's window's, the request's
+                return self.eval_reserve(message[1], [*message[2], *message[3]])
             if op == "settle":
                 self.eval_settle(message[1], message[2], now)
                 return None

@@ -1,7 +1,7 @@
 """``RespConnection``: one pipelined connection to Redis, speaking RESP2 on asyncio's Protocol.
 
-A call writes its commands at once, and the replies, read in order as they arrive, resolve its
-future in ``data_received``: no task is woken but the caller's. Through the ``redis`` package's
+Its calls are pipelined (``proxy.http.pipelined``): written at once, each turn of the loop, and
+answered in order. Through the ``redis`` package's
 asyncio client one EVALSHA took more CPU than the rest of a request (docs/performance.md), which
 limits on the hot path cannot afford. What is spoken is the protocol's stable core (RESP2, as
 Redis 2.6 and every later version answers it): commands as arrays of bulk strings; replies as
@@ -11,12 +11,13 @@ simple strings, errors, integers, bulk strings and arrays.
 from __future__ import annotations
 
 import asyncio
-import collections
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias, cast
+from typing import Final, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from proxy.http.pipelined import Incomplete, Pipelined, ProtocolError
 
 # A reply is refused past this size: a read of every team's ledger is far below it.
 REPLY_MAX: Final = 64 * 2**20
@@ -35,14 +36,6 @@ Reply: TypeAlias = "bytes | int | list[Reply] | ReplyError | None"
 
 
 _SIMPLE, _ERROR, _INTEGER, _BULK, _ARRAY = b"+-:$*"
-
-
-class ProtocolError(Exception):
-    """What came is not RESP2: the connection is dropped."""
-
-
-class Incomplete(Exception):
-    """The reply has not all arrived yet."""
 
 
 def pack(command: Sequence[Arg]) -> bytes:
@@ -158,30 +151,16 @@ def address(url: str) -> Address:
     )
 
 
-class _Call:
-    __slots__ = ("future", "left", "replies", "sent")
+class RespConnection(Pipelined[Reply]):
+    """Redis, on one pipelined connection (``Pipelined``): ``timeout`` bounds each call."""
 
-    def __init__(self, future: asyncio.Future[list[Reply]], count: int, sent: float) -> None:
-        self.future = future
-        self.left = count
-        self.replies: list[Reply] = []
-        self.sent = sent
-
-
-class RespConnection(asyncio.Protocol):
-    """``timeout``: a call not answered within it fails with ``TimeoutError``, and so does
-    every call after it, for the connection is closed (a late reply would be taken for the
-    next call's). One watchdog checks, not a timer per call."""
+    name = "Redis"
 
     def __init__(self, timeout: float = 1.0) -> None:
-        self.timeout = timeout
-        self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
-        self._calls: collections.deque[_Call] = collections.deque()
-        self._out: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
-        self._watchdog: asyncio.TimerHandle | None = None
-        self.closed = False
+        super().__init__(timeout, REPLY_MAX)
+
+    def parse(self, buffer: bytearray, start: int) -> tuple[Reply, int]:
+        return parse(buffer, start)
 
     @classmethod
     async def open(cls, where: Address, wait: float) -> RespConnection:
@@ -208,87 +187,7 @@ class RespConnection(asyncio.Protocol):
                     raise reply
         return connection
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream's transport (uvloop's is not an asyncio.Transport subclass, but is one).
-        self._transport = cast(asyncio.Transport, transport)
-
     def call(self, commands: Sequence[Sequence[Arg]]) -> asyncio.Future[list[Reply]]:
         """The replies to ``commands``, in order, written now (an error reply is its
         ``ReplyError``; a connection lost fails the future with ``ConnectionError``)."""
         return self.send(b"".join([pack(command) for command in commands]), len(commands))
-
-    def send(self, data: bytes, count: int) -> asyncio.Future[list[Reply]]:
-        """``call`` for ``count`` commands already packed into ``data``."""
-        future: asyncio.Future[list[Reply]] = self._loop.create_future()
-        if self.closed or self._transport is None:
-            future.set_exception(ConnectionError("the connection to Redis is closed"))
-            return future
-        now = self._loop.time()
-        self._calls.append(_Call(future, count, now))
-        if not self._out:
-            # Written once this turn of the loop is over, with every call made during it: one
-            # write (and one reply to read) for the requests of a busy moment.
-            self._loop.call_soon(self._flush)
-        self._out.append(data)
-        if self._watchdog is None:
-            self._watchdog = self._loop.call_at(now + self.timeout, self._watch)
-        return future
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if out and not self.closed and self._transport is not None:
-            self._transport.write(b"".join(out))
-
-    def _watch(self) -> None:
-        self._watchdog = None
-        if not self._calls:
-            return
-        oldest = self._calls[0].sent
-        if self._loop.time() - oldest >= self.timeout:
-            self._fail(TimeoutError(f"Redis did not answer within {self.timeout:g} s"))
-        else:
-            self._watchdog = self._loop.call_at(oldest + self.timeout, self._watch)
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        start = 0
-        try:
-            while start < len(buffer):
-                reply, start = parse(buffer, start)
-                call = self._calls[0]
-                call.replies.append(reply)
-                call.left -= 1
-                if not call.left:
-                    self._calls.popleft()
-                    if not call.future.done():
-                        call.future.set_result(call.replies)
-        except Incomplete:
-            pass
-        except (ProtocolError, ValueError, IndexError) as exc:  # IndexError: nobody asked
-            del buffer[:start]
-            self._fail(ConnectionError(f"Redis spoke wrongly: {exc}"))
-            return
-        del buffer[:start]
-        if len(buffer) > REPLY_MAX:
-            self._fail(ConnectionError("a reply from Redis is too large"))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._fail(ConnectionError(f"the connection to Redis was lost: {exc or 'closed'}"))
-
-    def _fail(self, error: Exception) -> None:
-        self.close()
-        while self._calls:
-            call = self._calls.popleft()
-            if not call.future.done():
-                call.future.set_exception(error)
-
-    def close(self) -> None:
-        self.closed = True
-        self._out = []
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
-        if self._transport is not None:
-            self._transport.close()

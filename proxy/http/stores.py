@@ -9,8 +9,6 @@ cannot answer raises ``StoreUnavailable``; ``proxy.http.limiter`` decides what t
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import hashlib
 import time
 from collections.abc import Sequence
@@ -24,13 +22,13 @@ from proxy.core.limits_lua import (
     DYNAMIC_ARGS,
     RESERVE,
     SETTLE,
-    reserve_call,
     reserve_decision,
     reserve_dynamic,
     reserve_static,
 )
 from proxy.core.limits_store import MemoryStore, Snapshot
 from proxy.core.tally import Tally
+from proxy.http.pipelined import Incomplete, Pipelined
 from proxy.http.resp import (
     Arg,
     Reply,
@@ -106,118 +104,110 @@ class LocalStore:
         pass
 
 
+class _Lines(Pipelined[object]):
+    """The supervisor's store, on one pipelined connection (``Pipelined``): each reply is an
+    orjson line, ``{"ok": ...}`` or ``{"error": "..."}``."""
+
+    name = "the supervisor's store"
+
+    def parse(self, buffer: bytearray, start: int) -> tuple[object, int]:
+        end = buffer.find(b"\n", start)
+        if end < 0:
+            raise Incomplete
+        return orjson.loads(buffer[start:end]), end + 1
+
+
 class WorkerStore:
     """The supervisor's ``MemoryStore``, over one Unix connection per worker: messages are
-    orjson lines, answered in order, so replies are matched to calls by their order."""
+    orjson lines, answered in order (``proxy.ops.state_service``)."""
 
     kind = "workers"
 
     def __init__(self, path: str, timeout: float) -> None:
         self.path = path
         self.timeout = timeout
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._waiting: collections.deque[asyncio.Future[object]] = collections.deque()
+        self._connection: _Lines | None = None
         self._connecting: asyncio.Lock | None = None
-        self._out: list[bytes] = []
-        self._flush_soon = False
-
-    def _flush(self, writer: asyncio.StreamWriter) -> None:
-        self._flush_soon = False
-        out, self._out = self._out, []
-        if writer is self._writer and not writer.is_closing():
-            writer.write(b"".join(out))
-
-    async def _call(self, message: list[object]) -> object:
-        replies = await self._calls([message])
-        return replies[0]
-
-    async def _calls(self, messages: Sequence[list[object]]) -> list[object]:
-        sent = False
-        try:
-            async with asyncio.timeout(self.timeout):
-                writer = await self._connection()
-                loop = asyncio.get_running_loop()
-                futures: list[asyncio.Future[object]] = [loop.create_future() for _ in messages]
-                self._waiting.extend(futures)
-                # Written once the loop's turn is over, with every other call made in it.
-                self._out.extend(orjson.dumps(m) + b"\n" for m in messages)
-                if not self._flush_soon:
-                    self._flush_soon = True
-                    loop.call_soon(self._flush, writer)
-                sent = True
-                return [await future for future in futures]
-        except (OSError, TimeoutError) as exc:
-            # A late reply would be taken for the next call's: start over on a new connection.
-            error = StoreUnavailable(f"the supervisor's store: {exc or 'timed out'}", sent=sent)
-            self._drop(error)
-            raise error from None
-
-    async def _connection(self) -> asyncio.StreamWriter:
-        if self._writer is not None:
-            return self._writer
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
-        async with self._connecting:
-            if self._writer is None:
-                reader, writer = await asyncio.open_unix_connection(self.path, limit=LINE_LIMIT)
-                self._writer = writer
-                self._reader_task = asyncio.create_task(self._replies(reader))
-            return self._writer
-
-    async def _replies(self, reader: asyncio.StreamReader) -> None:
-        error = StoreUnavailable("the supervisor's store closed the connection")
-        try:
-            while line := await reader.readline():
-                reply = orjson.loads(line)
-                future = self._waiting.popleft()
-                if future.done():
-                    continue
-                if "error" in reply:
-                    future.set_exception(StoreUnavailable(str(reply["error"])))
-                else:
-                    future.set_result(reply.get("ok"))
-        except (OSError, ValueError, IndexError) as exc:
-            error = StoreUnavailable(f"the supervisor's store: {exc}")
-        self._drop(error, reading=True)
-
-    def _drop(self, error: StoreUnavailable, *, reading: bool = False) -> None:
-        writer, self._writer = self._writer, None
-        self._out = []
-        task, self._reader_task = self._reader_task, None
-        if writer is not None:
-            writer.close()
-        if task is not None and not reading:
-            task.cancel()
-        while self._waiting:
-            future = self._waiting.popleft()
-            if not future.done():
-                future.set_exception(error)
+        # Per team, its charges and a reservation's message up to the request's own ARGV.
+        self._reserve: dict[str, tuple[tuple[Charge, ...], bytes]] = {}
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        reply = await self._call(["reserve", *reserve_call(reservation, now)])
-        if not isinstance(reply, list):
+        charges = reservation.charges
+        kept = self._reserve.get(reservation.team)
+        if kept is None or kept[0] is not charges:
+            keys, static = reserve_static(reservation)
+            # The message without its closing bracket: ["reserve",keys,shared args,
+            head = orjson.dumps(["reserve", keys, static])[:-1] + b","
+            kept = self._reserve[reservation.team] = (charges, head)
+        (reply,) = await self._send(
+            kept[1] + orjson.dumps(reserve_dynamic(reservation, now)) + b"]\n", 1
+        )
+        if not isinstance(reply, list) or not all(type(value) is int for value in reply):
             raise StoreUnavailable("the supervisor's store answered a reservation wrongly")
-        return reserve_decision(reservation, [int(value) for value in reply], now)
+        return reserve_decision(reservation, reply, now)
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
-        await self._calls([["settle", keys, args] for keys, args in _tallied(calls)])
+        messages = [["settle", keys, args] for keys, args in _tallied(calls)]
+        await self._send(b"".join([orjson.dumps(m) + b"\n" for m in messages]), len(messages))
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
     ) -> Snapshot:
-        reply = await self._call(["read", list(counters), list(leases), list(hashes), now])
+        message = ["read", list(counters), list(leases), list(hashes), now]
+        (reply,) = await self._send(orjson.dumps(message) + b"\n", 1)
         if not isinstance(reply, list) or len(reply) != 3:
             raise StoreUnavailable("the supervisor's store answered a read wrongly")
         values, in_flight, found = reply
         return Snapshot(tuple(values), tuple(in_flight), tuple(found))
 
+    async def _send(self, data: bytes, count: int) -> list[object]:
+        """The ``ok`` of each reply; ``StoreUnavailable`` for an error reply, or none."""
+        if not count:
+            return []
+        sent = False
+        try:
+            connection = self._connection
+            if connection is None or connection.closed:
+                async with asyncio.timeout(self.timeout):
+                    connection = await self._connect()
+            # Bounded by the connection's watchdog (its timeout is ours), not a timer per call.
+            replies = connection.send(data, count)
+            sent = True
+            found = await replies
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            # A late reply would be taken for the next call's: start over on a new connection.
+            self._drop()
+            raise StoreUnavailable(
+                f"the supervisor's store: {exc or 'timed out'}", sent=sent
+            ) from None
+        oks = []
+        for reply in found:
+            if not isinstance(reply, dict) or "error" in reply:
+                error = reply.get("error") if isinstance(reply, dict) else reply
+                raise StoreUnavailable(f"the supervisor's store: {error}")
+            oks.append(reply.get("ok"))
+        return oks
+
+    async def _connect(self) -> _Lines:
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            connection = self._connection
+            if connection is None or connection.closed:
+                loop = asyncio.get_running_loop()
+                _, connection = await loop.create_unix_connection(
+                    lambda: _Lines(self.timeout, LINE_LIMIT), self.path
+                )
+                self._connection = connection
+            return connection
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
     async def close(self) -> None:
-        task = self._reader_task
-        self._drop(StoreUnavailable("the store is closed"))
-        if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._drop()
 
 
 class RedisStore:

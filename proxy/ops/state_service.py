@@ -4,7 +4,8 @@ there is no Redis (docs/limits.md).
 One ``MemoryStore`` in the supervisor, served on a Unix socket in a directory of the run's own
 (mode 0700: no other user reaches it) by a thread with an event loop of its own. Each worker
 keeps one connection (``proxy.http.stores.WorkerStore``) and sends orjson lines; every line is
-answered in order, and one at a time, so each call is atomic as a Redis script is. Its counters
+answered in order, and one at a time, so each call is atomic as a Redis script is. The lines
+that arrive together are answered in one write. Its counters
 live as long as the supervisor: a worker that restarts finds them, a restart of the server
 starts them afresh.
 """
@@ -20,7 +21,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import orjson
 
@@ -79,7 +80,8 @@ class StateService:
 
     async def _serve(self, ready: threading.Event) -> None:
         self._stopped = asyncio.Event()
-        server = await asyncio.start_unix_server(self._connection, self.path, limit=LINE_LIMIT)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_unix_server(lambda: _Worker(self), self.path)
         os.chmod(self.path, 0o600)
         purging = asyncio.create_task(self._purge())
         ready.set()
@@ -95,17 +97,7 @@ class StateService:
             await asyncio.sleep(PURGE_EVERY)
             self.store.purge(time.time())
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while line := await reader.readline():
-                writer.write(self.answer(line))
-                await writer.drain()
-        except (OSError, ValueError) as exc:  # a worker gone, or a line past the limit
-            log.warning("state service: a worker's connection ended: %s", exc)
-        finally:
-            writer.close()
-
-    def answer(self, line: bytes) -> bytes:
+    def answer(self, line: bytes | bytearray) -> bytes:
         """The reply line to one message line."""
         try:
             message = orjson.loads(line)
@@ -115,3 +107,29 @@ class StateService:
         except ValueError as exc:  # orjson.JSONDecodeError is one
             reply = {"error": str(exc)}
         return orjson.dumps(reply) + b"\n"
+
+
+class _Worker(asyncio.Protocol):
+    """One worker's connection: the lines it sent, answered in order."""
+
+    def __init__(self, service: StateService) -> None:
+        self.service = service
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        end = buffer.rfind(b"\n")
+        if end < 0:
+            if len(buffer) > LINE_LIMIT and self._transport is not None:
+                log.warning("state service: a worker sent a line past %d bytes", LINE_LIMIT)
+                self._transport.close()
+            return
+        lines = buffer[:end].split(b"\n")
+        del buffer[: end + 1]
+        if self._transport is not None:
+            self._transport.write(b"".join([self.service.answer(line) for line in lines]))

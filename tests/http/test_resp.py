@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.http.resp import Address, Incomplete, ProtocolError, ReplyError, address, pack, parse
+from proxy.http.resp import (
+    Address,
+    Incomplete,
+    ProtocolError,
+    ReplyError,
+    address,
+    pack,
+    pack_args,
+    pack_texts,
+    parse,
+)
 
 REPLIES = [
     (b"+OK\r\n", b"OK"),
@@ -20,6 +30,7 @@ REPLIES = [
     (b"*0\r\n", []),
     (b"*3\r\n:1\r\n:0\r\n$2\r\n17\r\n", [1, 0, b"17"]),
     (b"*2\r\n*1\r\n:1\r\n$-1\r\n", [[1], None]),
+    (b"*3\r\n:-5\r\n:0\r\n:12345678901234\r\n", [-5, 0, 12345678901234]),  # RESERVE's
 ]
 
 
@@ -71,3 +82,12 @@ def test_redis_urls(url: str, expected: Address) -> None:
 def test_a_url_of_another_scheme_is_refused() -> None:
     with pytest.raises(ValueError):
         address("http://cache:6379")
+
+
+@pytest.mark.parametrize("texts", [["1764654321.25", "4106", "0", "ab12", ""], ["é", "ok"], []])
+def test_texts_pack_as_any_arguments_do(texts: list[str]) -> None:
+    # A length counts bytes: "é" is two of them.
+    assert pack_texts(texts) == pack_args(texts)
+    assert pack(["EVALSHA", *texts]) == b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(texts) + 1) + pack_texts(
+        texts
+    )
