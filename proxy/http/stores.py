@@ -128,17 +128,16 @@ class WorkerStore:
         self.timeout = timeout
         self._connection: _Lines | None = None
         self._connecting: asyncio.Lock | None = None
-        # Per team, its charges and a reservation's message up to the request's own ARGV.
-        self._reserve: dict[str, tuple[tuple[Charge, ...], bytes]] = {}
+        # Per team, a reservation's message up to the request's own ARGV, and what it holds.
+        self._reserve: dict[str, tuple[Shape, bytes]] = {}
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        charges = reservation.charges
         kept = self._reserve.get(reservation.team)
-        if kept is None or kept[0] is not charges:
+        if kept is None or not _same(kept[0], reservation):
             keys, static = reserve_static(reservation)
             # The message without its closing bracket: ["reserve",keys,shared args,
             head = orjson.dumps(["reserve", keys, static])[:-1] + b","
-            kept = self._reserve[reservation.team] = (charges, head)
+            kept = self._reserve[reservation.team] = (_shape(reservation), head)
         (reply,) = await self._send(
             kept[1] + orjson.dumps(reserve_dynamic(reservation, now)) + b"]\n", 1
         )
@@ -184,7 +183,8 @@ class WorkerStore:
         for reply in found:
             if not isinstance(reply, dict) or "error" in reply:
                 error = reply.get("error") if isinstance(reply, dict) else reply
-                raise StoreUnavailable(f"the supervisor's store: {error}")
+                # Answered: the other messages sent with it were applied (not to send again).
+                raise StoreUnavailable(f"the supervisor's store: {error}", sent=True)
             oks.append(reply.get("ok"))
         return oks
 
@@ -225,14 +225,16 @@ class RedisStore:
         }
         self._connection: RespConnection | None = None
         self._connecting: asyncio.Lock | None = None
-        # Per team, its charges and RESERVE packed up to the request's own ARGV.
-        self._reserve: dict[str, tuple[tuple[Charge, ...], bytes]] = {}
+        # Per team, RESERVE packed up to the request's own ARGV, and what it holds.
+        self._reserve: dict[str, tuple[Shape, bytes]] = {}
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        charges = reservation.charges
         kept = self._reserve.get(reservation.team)
-        if kept is None or kept[0] is not charges:
-            kept = self._reserve[reservation.team] = (charges, self._reserve_head(reservation))
+        if kept is None or not _same(kept[0], reservation):
+            kept = self._reserve[reservation.team] = (
+                _shape(reservation),
+                self._reserve_head(reservation),
+            )
         command = kept[1] + pack_texts(reserve_dynamic(reservation, now))
         (reply,) = await self._evalsha(RESERVE, command)
         if not isinstance(reply, list) or not all(isinstance(value, int) for value in reply):
@@ -339,8 +341,26 @@ def _tallied(calls: Sequence[Settle]) -> list[tuple[list[str], list[str]]]:
 def _checked(replies: list[Reply]) -> list[Reply]:
     for reply in replies:
         if isinstance(reply, ReplyError):
-            raise StoreUnavailable(f"Redis: {reply}")
+            # Answered: the other calls sent with it were applied, and a script that failed
+            # midway is not undone. Sent again, they would count twice.
+            raise StoreUnavailable(f"Redis: {reply}", sent=True)
     return replies
+
+
+# What a packed reservation's head holds: the charges of a team's window, and its lease limit.
+Shape = tuple[tuple[Charge, ...], int | None]
+
+
+def _shape(reservation: Reservation) -> Shape:
+    lease = reservation.lease
+    return reservation.charges, None if lease is None else lease.limit
+
+
+def _same(shape: Shape, reservation: Reservation) -> bool:
+    # The charges are the same objects for a whole window (limits.Windows.plan); the lease
+    # limit is compared too, as a team with no counter has the same (empty) charges always.
+    lease = reservation.lease
+    return shape[0] is reservation.charges and shape[1] == (None if lease is None else lease.limit)
 
 
 def _integer(reply: Reply) -> int:

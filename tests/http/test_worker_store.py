@@ -59,6 +59,24 @@ def test_reservations_settlements_and_reads_go_through_the_service(service: Stat
     asyncio.run(run())
 
 
+def test_a_new_concurrency_limit_is_the_one_enforced(service: StateService) -> None:
+    """A reloaded configuration's limits, though the team has no counter to change."""
+
+    async def run() -> list[bool]:
+        store = WorkerStore(service.path, 0.5)
+        admitted = []
+        try:
+            for limits in (Limits(concurrency=1), Limits(concurrency=3)):
+                for lease in "ab":
+                    r = ask(limits, lease=f"{limits.concurrency}{lease}")
+                    admitted.append((await store.reserve(r, time.time())).admitted)
+        finally:
+            await store.close()
+        return admitted
+
+    assert asyncio.run(run()) == [True, False, True, True]
+
+
 def test_a_malformed_line_is_answered_with_an_error(service: StateService) -> None:
     async def run() -> list[object]:
         reader, writer = await asyncio.open_unix_connection(service.path)
@@ -132,6 +150,7 @@ def test_a_supervisor_that_fails_is_unavailable_in_time(
         return failed.value.sent, time.monotonic() - started
 
     sent, took = served(tmp_path, handler, call)  # type: ignore[misc]
-    # Unanswered, or answered with no reply: it may have been applied.
-    assert sent is (answer in (None, b"nonsense\n"))
+    # Unanswered, answered with no reply, or with an error (its batch's other messages were
+    # applied): not to be sent again.
+    assert sent is (answer in (None, b"nonsense\n", b'{"error":"broken"}\n'))
     assert took < 0.3 + 0.2

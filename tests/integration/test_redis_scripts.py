@@ -135,6 +135,27 @@ def test_the_proxys_redis_store_runs_them(server: RedisServer) -> None:
     assert asyncio.run(run()) == [1, 0, 0, 1]  # admitted, seen 0, none in flight; now 1
 
 
+def test_a_new_concurrency_limit_is_the_one_enforced(server: RedisServer) -> None:
+    """A reloaded configuration's limits, though the team has no counter to change."""
+
+    async def run() -> list[bool]:
+        store = RedisStore(server.url, 0.5)
+        admitted = []
+        try:
+            for limits in (Limits(concurrency=1), Limits(concurrency=3)):
+                for lease in "ab":
+                    r = reserve(
+                        "c", limits, prompt_tokens=0, max_tokens=0, price=None,
+                        lease_id=f"{limits.concurrency}{lease}", lease_seconds=30, now=time.time(),
+                    )  # fmt: skip
+                    admitted.append((await store.reserve(r, time.time())).admitted)
+        finally:
+            await store.close()
+        return admitted
+
+    assert asyncio.run(run()) == [True, False, True, True]
+
+
 def test_a_redis_that_is_gone_is_unavailable_within_the_timeout() -> None:
     async def run() -> float:
         store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", 0.2)
