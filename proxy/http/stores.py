@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Final, Protocol, cast
+from typing import Final, Generic, Protocol, TypeVar, cast
 
 import orjson
 
@@ -46,6 +46,7 @@ PURGE_EVERY: Final = 60.0
 LINE_LIMIT: Final = 16 * 2**20
 
 
+R = TypeVar("R")
 Settle = tuple[str, Settlement, Entry | None]  # a request's team, settlement, ledger entry
 
 
@@ -104,6 +105,63 @@ class LocalStore:
         pass
 
 
+class _Connected(Generic[R]):
+    """What the shared stores have in common: one pipelined connection, made when a call
+    needs it (within the timeout) and dropped on any failure, for the next call to make again.
+    ``name`` begins their errors."""
+
+    name = "the store"
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._connection: Pipelined[R] | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    async def _open(self) -> Pipelined[R]:
+        raise NotImplementedError
+
+    async def _send(self, data: bytes, count: int) -> list[R]:
+        """The replies to the ``count`` calls packed in ``data``; ``StoreUnavailable`` if
+        they do not come."""
+        if not count:
+            return []  # a call of nothing would wait for replies that never come
+        sent = False
+        try:
+            connection = self._connection
+            if connection is None or connection.closed:
+                async with asyncio.timeout(self.timeout):
+                    connection = await self._connect()
+            # Bounded by the connection's watchdog (its timeout is ours), not a timer per call.
+            replies = connection.send(data, count)
+            sent = True
+            return await replies
+        except TimeoutError:
+            # A store that does not answer: its replies, if they ever come, are not read (a
+            # late one would be taken for the next call's).
+            self._drop()
+            raise StoreUnavailable(f"{self.name}: timed out", sent=sent) from None
+        except (ConnectionError, OSError, ReplyError) as exc:
+            self._drop()
+            raise StoreUnavailable(f"{self.name}: {exc}", sent=sent) from None
+
+    async def _connect(self) -> Pipelined[R]:
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            connection = self._connection
+            if connection is None or connection.closed:
+                connection = self._connection = await self._open()
+            return connection
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    async def close(self) -> None:
+        self._drop()
+
+
 class _Lines(Pipelined[object]):
     """The supervisor's store, on one pipelined connection (``Pipelined``): each reply is an
     orjson line, ``{"ok": ...}`` or ``{"error": "..."}``."""
@@ -117,17 +175,16 @@ class _Lines(Pipelined[object]):
         return orjson.loads(buffer[start:end]), end + 1
 
 
-class WorkerStore:
+class WorkerStore(_Connected[object]):
     """The supervisor's ``MemoryStore``, over one Unix connection per worker: messages are
     orjson lines, answered in order (``proxy.ops.state_service``)."""
 
     kind = "workers"
+    name = "the supervisor's store"
 
     def __init__(self, path: str, timeout: float) -> None:
+        super().__init__(timeout)
         self.path = path
-        self.timeout = timeout
-        self._connection: _Lines | None = None
-        self._connecting: asyncio.Lock | None = None
         # Per team, a reservation's message up to the request's own ARGV, and what it holds.
         self._reserve: dict[str, tuple[Shape, bytes]] = {}
 
@@ -138,7 +195,7 @@ class WorkerStore:
             # The message without its closing bracket: ["reserve",keys,shared args,
             head = orjson.dumps(["reserve", keys, static])[:-1] + b","
             kept = self._reserve[reservation.team] = (_shape(reservation), head)
-        (reply,) = await self._send(
+        (reply,) = await self._oks(
             kept[1] + orjson.dumps(reserve_dynamic(reservation, now)) + b"]\n", 1
         )
         if not isinstance(reply, list) or not all(type(value) is int for value in reply):
@@ -147,84 +204,51 @@ class WorkerStore:
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
         messages = [["settle", keys, args] for keys, args in _tallied(calls)]
-        await self._send(b"".join([orjson.dumps(m) + b"\n" for m in messages]), len(messages))
+        await self._oks(b"".join([orjson.dumps(m) + b"\n" for m in messages]), len(messages))
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
     ) -> Snapshot:
         message = ["read", list(counters), list(leases), list(hashes), now]
-        (reply,) = await self._send(orjson.dumps(message) + b"\n", 1)
+        (reply,) = await self._oks(orjson.dumps(message) + b"\n", 1)
         if not isinstance(reply, list) or len(reply) != 3:
             raise StoreUnavailable("the supervisor's store answered a read wrongly")
         values, in_flight, found = reply
         return Snapshot(tuple(values), tuple(in_flight), tuple(found))
 
-    async def _send(self, data: bytes, count: int) -> list[object]:
+    async def _oks(self, data: bytes, count: int) -> list[object]:
         """The ``ok`` of each reply; ``StoreUnavailable`` for an error reply, or none."""
-        if not count:
-            return []
-        sent = False
-        try:
-            connection = self._connection
-            if connection is None or connection.closed:
-                async with asyncio.timeout(self.timeout):
-                    connection = await self._connect()
-            # Bounded by the connection's watchdog (its timeout is ours), not a timer per call.
-            replies = connection.send(data, count)
-            sent = True
-            found = await replies
-        except (ConnectionError, OSError, TimeoutError) as exc:
-            # A late reply would be taken for the next call's: start over on a new connection.
-            self._drop()
-            raise StoreUnavailable(
-                f"the supervisor's store: {exc or 'timed out'}", sent=sent
-            ) from None
         oks = []
-        for reply in found:
+        for reply in await self._send(data, count):
             if not isinstance(reply, dict) or "error" in reply:
                 error = reply.get("error") if isinstance(reply, dict) else reply
                 # Answered: the other messages sent with it were applied (not to send again).
-                raise StoreUnavailable(f"the supervisor's store: {error}", sent=True)
+                raise StoreUnavailable(f"{self.name}: {error}", sent=True)
             oks.append(reply.get("ok"))
         return oks
 
-    async def _connect(self) -> _Lines:
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
-        async with self._connecting:
-            connection = self._connection
-            if connection is None or connection.closed:
-                loop = asyncio.get_running_loop()
-                _, connection = await loop.create_unix_connection(
-                    lambda: _Lines(self.timeout, LINE_LIMIT), self.path
-                )
-                self._connection = connection
-            return connection
-
-    def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
-
-    async def close(self) -> None:
-        self._drop()
+    async def _open(self) -> Pipelined[object]:
+        loop = asyncio.get_running_loop()
+        _, connection = await loop.create_unix_connection(
+            lambda: _Lines(self.timeout, LINE_LIMIT), self.path
+        )
+        return connection
 
 
-class RedisStore:
+class RedisStore(_Connected[Reply]):
     """Redis, over one pipelined connection (``proxy.http.resp``): the scripts by EVALSHA,
     loaded again when a restarted server has lost them (NOSCRIPT). Nothing is retried
     otherwise: the limiter's failure policy decides, within ``timeout``."""
 
     kind = "redis"
+    name = "Redis"
 
     def __init__(self, url: str, timeout: float) -> None:
-        self.timeout = timeout
+        super().__init__(timeout)
         self._address = address(url)
         self._sha = {
             script: hashlib.sha1(script.encode()).hexdigest() for script in (RESERVE, SETTLE)
         }
-        self._connection: RespConnection | None = None
-        self._connecting: asyncio.Lock | None = None
         # Per team, RESERVE packed up to the request's own ARGV, and what it holds.
         self._reserve: dict[str, tuple[Shape, bytes]] = {}
 
@@ -292,43 +316,8 @@ class RedisStore:
     async def _call(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
         return await self._send(b"".join([pack(command) for command in commands]), len(commands))
 
-    async def _send(self, data: bytes, count: int) -> list[Reply]:
-        sent = False
-        try:
-            connection = self._connection
-            if connection is None or connection.closed:
-                async with asyncio.timeout(self.timeout):
-                    connection = await self._connect()
-            # Bounded by the connection's watchdog (its timeout is ours), not a timer per call.
-            replies = connection.send(data, count)
-            sent = True
-            return await replies
-        except TimeoutError:
-            # A server that does not answer: its replies, if they ever come, are not read.
-            self._drop()
-            raise StoreUnavailable("Redis: timed out", sent=sent) from None
-        except (ConnectionError, OSError, ReplyError) as exc:
-            self._drop()
-            raise StoreUnavailable(f"Redis: {exc}", sent=sent) from None
-
-    async def _connect(self) -> RespConnection:
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
-        async with self._connecting:
-            connection = self._connection
-            if connection is None or connection.closed:
-                connection = self._connection = await RespConnection.open(
-                    self._address, self.timeout
-                )
-            return connection
-
-    def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
-
-    async def close(self) -> None:
-        self._drop()
+    async def _open(self) -> Pipelined[Reply]:
+        return await RespConnection.open(self._address, self.timeout)
 
 
 def _tallied(calls: Sequence[Settle]) -> list[tuple[list[str], list[str]]]:
