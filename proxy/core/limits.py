@@ -66,10 +66,6 @@ class Window(NamedTuple):
     end: float  # epoch seconds
     start: float = 0.0
 
-    def ttl(self, now: float) -> int:
-        """Seconds the window's key is kept from ``now``: to its end, and a grace."""
-        return max(1, math.ceil(self.end - now)) + GRACE_SECONDS
-
 
 def window(period: Period, now: float) -> Window:
     """The fixed UTC window of ``period`` holding ``now`` (epoch seconds). POSIX time has no

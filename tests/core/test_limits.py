@@ -15,6 +15,7 @@ from proxy.core.limits import (
     Reservation,
     admit,
     duration,
+    expires,
     key_prefix,
     nanos,
     rate_limit_headers,
@@ -82,9 +83,9 @@ def test_window(period: str, moment: datetime, wid: str, end: datetime) -> None:
     assert (found.id, found.end) == (wid, end.replace(tzinfo=UTC).timestamp())
 
 
-def test_window_ttl_lasts_to_its_end_and_a_grace() -> None:
-    assert window("minute", T0 + 45.5).ttl(T0 + 45.5) == 15 + GRACE_SECONDS
-    assert window("minute", T0).ttl(T0) == 60 + GRACE_SECONDS
+def test_a_windows_keys_last_to_its_end_and_a_grace() -> None:
+    assert expires(window("minute", T0 + 45.5)) == T0 + 60 + GRACE_SECONDS
+    assert expires(window("minute", T0)) == T0 + 60 + GRACE_SECONDS
 
 
 def test_keys_name_the_team_in_a_hash_tag_and_the_window() -> None:
