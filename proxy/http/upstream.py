@@ -199,6 +199,8 @@ def status_error(
             if "error" in payload:
                 exc = upstream_error(payload["error"], status)
                 exc.upstream_status = status  # the HTTP status wins over a code in the body
+                if retry_after is None:
+                    retry_after = retry_delay(payload["error"])
             else:
                 found = payload.get("message") or payload.get("detail")
                 message = found if isinstance(found, str) else None
@@ -218,6 +220,22 @@ def status_error(
 # The longest Retry-After taken from an upstream: a day (a daily quota's reset); a longer or
 # infinite one is read as this, so that what is passed on stays a short number.
 RETRY_AFTER_MAX: Final = 86400.0
+
+
+# google.rpc.RetryInfo's retryDelay, a google.protobuf.Duration in its JSON form: "34.4s".
+_DURATION: Final = re.compile(r"\d{1,9}(?:\.\d{1,9})?s")
+
+
+def retry_delay(error: object) -> str | None:
+    """The wait Google's error envelope asks for, as Retry-After's delay-seconds: Gemini says it
+    in ``details`` (a ``google.rpc.RetryInfo``), with no Retry-After header."""
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else ():
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith(".RetryInfo"):
+            delay = detail.get("retryDelay")
+            if isinstance(delay, str) and _DURATION.fullmatch(delay):
+                return delay[:-1]
+    return None
 
 
 def retry_after_seconds(value: str) -> float | None:

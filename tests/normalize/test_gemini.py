@@ -1200,3 +1200,26 @@ def test_googles_error_envelope_keeps_its_status_name_as_the_code() -> None:
     assert answer["error"]["type"] == "rate_limit_error"
     assert answer["error"]["code"] == "RESOURCE_EXHAUSTED"
     assert answer["error"]["message"] == orjson.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("details", "header", "seconds"),
+    [
+        (None, None, 34.4),  # the fixture's RetryInfo, with no Retry-After header
+        (None, "2", 2.0),  # a header wins over the body
+        ([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}], None, 7.0),
+        ([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "soon"}], None, None),
+        ([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": 7}], None, None),
+        ([{"@type": "type.googleapis.com/google.rpc.QuotaFailure"}], None, None),
+        ("not a list", None, None),
+        ([], None, None),
+    ],
+)
+def test_googles_retry_info_is_the_retry_after(
+    details: object, header: str | None, seconds: float | None
+) -> None:
+    payload = orjson.loads((FIXTURES / "gemini.error.429.json").read_bytes())
+    if details is not None:
+        payload["error"]["details"] = details
+    error = status_error(429, "", "application/json", orjson.dumps(payload), header)
+    assert error.retry_after == seconds
