@@ -48,7 +48,12 @@ from proxy.http.state import Runtime, State
 from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
 from proxy.normalize.present import Presenter
-from proxy.normalize.responses.call import ResponsesCall, passthrough_body, responses_request
+from proxy.normalize.responses.call import (
+    ResponsesCall,
+    as_responses_refusal,
+    passthrough_body,
+    responses_request,
+)
 from proxy.normalize.responses.present import PASSTHROUGH, ResponsesPresenter
 
 log = logging.getLogger("proxy.routing")
@@ -357,7 +362,7 @@ async def _attempt(
         try:
             body = upstream_request(dialect, client_request, options)
         except InvalidRequest as exc:
-            raise _Unservable(exc) from None
+            raise _Unservable(exc if responses is None else as_responses_refusal(exc)) from None
     timeouts = provider.timeouts
     assert state.client is not None and state.deadlines is not None
     loop = state.deadlines.loop

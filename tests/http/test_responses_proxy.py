@@ -227,6 +227,33 @@ def test_what_needs_state_or_a_built_in_tool_is_refused(
     assert error["param"] == param and error["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize(
+    ("model", "extra", "param", "named"),
+    [
+        # Anthropic's thinking budget cannot fit in the limit: chat's refusal is of
+        # max_completion_tokens "with reasoning_effort".
+        (
+            "claude",
+            {"reasoning": {"effort": "high"}, "max_output_tokens": 500},
+            "max_output_tokens",
+            "with reasoning.effort",
+        ),
+        # Ollama has no verbosity setting.
+        ("ollama", {"text": {"verbosity": "high"}}, "text.verbosity", "'text.verbosity'"),
+    ],
+)
+def test_a_dialects_refusal_names_the_responses_parameter(
+    client: openai.OpenAI, model: str, extra: dict[str, Any], param: str, named: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model=model, input="Hello", extra_body=extra)
+    error: Any = info.value.body
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert named in error["message"]
+    for chat in ("max_completion_tokens", "reasoning_effort", "'verbosity'"):
+        assert chat not in error["message"]
+
+
 def test_a_failure_after_the_first_byte_is_response_failed(client: openai.OpenAI) -> None:
     events = list(client.responses.create(model="cut", input="Hello", stream=True))
     final: Any = events[-1]

@@ -3,9 +3,10 @@ and what its answer needs to be shown as a Response, or to be passed through who
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest, encode_body, parse_request, read_object
@@ -13,7 +14,7 @@ from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.output import make_id
 from proxy.normalize.responses.request import chat_body, refuse_stateful
 
-__all__ = ["ResponsesCall", "passthrough_body", "responses_request"]
+__all__ = ["ResponsesCall", "as_responses_refusal", "passthrough_body", "responses_request"]
 
 
 # Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
@@ -52,6 +53,45 @@ def _routing_request(body: dict[str, Any], refusal: InvalidRequest) -> ClientReq
         raise refusal
     stream = bool(stream)
     return ClientRequest("chat", body, model, stream, stream, None, 1, body.get("input"))
+
+
+# The chat parameters a Responses request is made into (``request.chat_body``), by the name the
+# Responses client gave them (longest first: a prefix names a part of one), so that a refusal
+# of the chat request names what that client sent.
+_CLIENT_NAMES: Final = (
+    ("response_format.json_schema.", "text.format."),
+    ("response_format", "text.format"),
+    ("max_completion_tokens", "max_output_tokens"),
+    ("reasoning_effort", "reasoning.effort"),
+    ("verbosity", "text.verbosity"),
+)
+_RENAMED: Final = dict(_CLIENT_NAMES)
+# In a refusal's text, the names no prose word could be.
+_CHAT_NAME: Final = re.compile(
+    r"\b(response_format\.json_schema\.|response_format|max_completion_tokens|reasoning_effort)"
+)
+
+
+def as_responses_refusal(refusal: InvalidRequest) -> InvalidRequest:
+    """A refusal of the chat request (a deployment's dialect cannot say a parameter), naming
+    the Responses parameters the client sent instead of chat's."""
+    param = refusal.param
+    renamed = None if param is None else _client_name(param)
+    if renamed is None or type(refusal) is not InvalidRequest:
+        return refusal
+    message = refusal.message.replace(f"'{param}'", f"'{renamed}'")
+    message = _CHAT_NAME.sub(lambda found: _RENAMED[found.group(1)], message)
+    return InvalidRequest(message, param=renamed, code=refusal.code)
+
+
+def _client_name(param: str) -> str | None:
+    if param.startswith("messages"):
+        # Not input's index: instructions and some items are messages of their own.
+        return "input" if param == "messages" or param[8] in ".[" else None
+    for chat, client in _CLIENT_NAMES:
+        if param == chat or param.startswith(chat if chat[-1] == "." else (chat + ".", chat + "[")):
+            return client + param[len(chat) :]
+    return None
 
 
 def passthrough_body(body: dict[str, Any], upstream_model: str) -> bytes:
