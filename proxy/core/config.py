@@ -143,6 +143,9 @@ class Server:
     # Seconds between a worker's runs of the cycle collector (proxy.ops.collector); 0 leaves the
     # collector to CPython's own allocation counts.
     gc_interval: float = 0.1
+    # The largest whole answer taken from an upstream: OpenAI's largest embeddings answer (2,048
+    # inputs of 3,072 dimensions, as JSON floats, pretty-printed) is about 190 MB.
+    max_response_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +384,9 @@ def _parse_server(ck: Checker, raw: object) -> Server:
         workers=ck.optional(node, "workers", "server", _positive_int, d.workers),
         max_body_bytes=ck.optional(
             node, "max_body_bytes", "server", _positive_int, d.max_body_bytes
+        ),
+        max_response_bytes=ck.optional(
+            node, "max_response_bytes", "server", _positive_int, d.max_response_bytes
         ),
         read_timeout=ck.optional(node, "read_timeout", "server", positive, d.read_timeout),
         drain_seconds=ck.optional(node, "drain_seconds", "server", non_negative, d.drain_seconds),

@@ -364,6 +364,7 @@ async def _attempt(
         except InvalidRequest as exc:
             raise _Unservable(exc if responses is None else as_responses_refusal(exc)) from None
     timeouts = provider.timeouts
+    limit = runtime.config.server.max_response_bytes
     assert state.client is not None and state.deadlines is not None
     loop = state.deadlines.loop
     started = loop.time()  # the deadlines' clock (the loop's); waits are measured on perf_counter
@@ -388,11 +389,13 @@ async def _attempt(
         finally:
             exchange.upstream_wait += perf_counter() - waited
         if not client_request.stream:
-            whole = whole_arrived(response, family, ctx, exchange, presenter)
+            whole = whole_arrived(response, family, ctx, exchange, limit, presenter)
             if whole is not None:
                 return whole
         assert state.relays is not None
-        answer = Answer(response, family, ctx, timeouts, deadline, timer, state.relays, presenter)
+        answer = Answer(
+            response, family, ctx, timeouts, deadline, timer, state.relays, presenter, limit
+        )
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id, **(exchange.headers or {})}
             return await relay_stream(request, answer, exchange, headers, state.observers)

@@ -59,8 +59,6 @@ log = logging.getLogger("proxy.relay")
 
 USAGE_SOURCE: Final = "X-Usage-Source"
 
-# The largest whole response accepted from an upstream (a long completion is a few MB at most).
-RESPONSE_LIMIT: Final = 64 * 1024 * 1024
 _STREAM_HEADERS: Final = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
@@ -84,6 +82,7 @@ class Answer:
     relays: Relays  # the loop's (proxy.http.pipe)
     # How the client sees the canonical chat answer, when it asked in another API's shape.
     presenter: Presenter | None
+    limit: int  # the most bytes of a whole answer taken (server.max_response_bytes)
 
     def __init__(
         self,
@@ -94,7 +93,8 @@ class Answer:
         deadline: float,
         timer: Deadline,
         relays: Relays,
-        presenter: Presenter | None = None,
+        presenter: Presenter | None,
+        limit: int,
     ) -> None:
         self.response = response
         self.family = family
@@ -103,6 +103,7 @@ class Answer:
         self.deadline = deadline
         self.timer = timer
         self.relays = relays
+        self.limit = limit
         self.presenter = presenter
 
     def decoder(self, *, stream: bool) -> Decoder | None:
@@ -118,13 +119,14 @@ def whole_arrived(
     family: ApiFamily,
     ctx: RequestContext,
     exchange: Exchange,
+    limit: int,
     presenter: Presenter | None = None,
 ) -> JsonReply | None:
     """A non-streamed answer that came whole with its headers (the usual small one), normalized
     into the client's response without a coroutine; None for any other (``relay_whole``)."""
     if decoder_for(response.content_type, json_array=False) is not None:
         return None
-    raw = read_arrived(response, RESPONSE_LIMIT)
+    raw = read_arrived(response, limit)
     if raw is None:
         return None
     # Nothing to wait for or to bound; the connection went back to the pool at the body's end.
@@ -144,7 +146,7 @@ async def relay_whole(answer: Answer, exchange: Exchange, *, present: bool = Tru
             answer.response.close()
             raise UpstreamProtocolError("The upstream streamed an answer asked for whole")
         return await _stream_as_whole(answer, exchange, decoder, presenter)
-    raw = await _read_within_total(answer, exchange, read_whole(answer.response, RESPONSE_LIMIT))
+    raw = await _read_within_total(answer, exchange, read_whole(answer.response, answer.limit))
     return _normalized(raw, answer.family, answer.ctx, exchange, presenter)
 
 
@@ -573,9 +575,9 @@ async def _stream_as_whole(
             with mapped_errors("stream"):
                 data = await read()
             size += len(data)
-            if size > RESPONSE_LIMIT:
+            if size > answer.limit:
                 raise UpstreamProtocolError(
-                    f"The upstream's answer is larger than the limit of {RESPONSE_LIMIT} bytes"
+                    f"The upstream's answer is larger than the limit of {answer.limit} bytes"
                 )
             events = decoder.feed(data) if data else decoder.close()
             frames.extend(frames_for(normalizer, events, not data))
@@ -611,7 +613,7 @@ async def _whole_as_stream(
         raise UpstreamProtocolError(
             f"The upstream answered a stream request with content type '{content_type}'"
         )
-    whole = whole_arrived(answer.response, answer.family, answer.ctx, exchange)
+    whole = whole_arrived(answer.response, answer.family, answer.ctx, exchange, answer.limit)
     if whole is None:
         whole = await relay_whole(answer, exchange, present=False)
     response = opening.response()

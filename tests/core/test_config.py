@@ -88,13 +88,14 @@ BAD = [
     ("server: [8080]\n" + doc(), ["server: must be a mapping"]),
     ("server: {prot: 8080}\n" + doc(), ["server.prot: unknown key"]),
     (
-        "server: {host: '', port: 0, workers: 0, max_body_bytes: -1, read_timeout: 0,"
-        " drain_seconds: -1, shutdown_delay: -2}\n" + doc(),
+        "server: {host: '', port: 0, workers: 0, max_body_bytes: -1, max_response_bytes: 1.5,"
+        " read_timeout: 0, drain_seconds: -1, shutdown_delay: -2}\n" + doc(),
         [
             "server.host: must be a non-empty string",
             "server.port: must be an integer from 1 to 65535",
             "server.workers: must be a positive integer",
             "server.max_body_bytes: must be a positive integer",
+            "server.max_response_bytes: must be a positive integer",
             "server.read_timeout: must be a positive number",
             "server.drain_seconds: must be a number >= 0",
             "server.shutdown_delay: must be a number >= 0",
@@ -922,3 +923,11 @@ def test_every_credential_is_a_secret_to_redact() -> None:
         "team-key-1",
     }
     assert "provider-key-1" not in repr(config)
+
+
+def test_the_default_response_limit_holds_the_largest_embeddings_answer() -> None:
+    # OpenAI's largest embeddings request: 2,048 inputs, 3,072 dimensions; its JSON floats,
+    # pretty-printed, take up to about 30 bytes each ("      -0.0069292834959924221,\n").
+    largest = 2048 * 3072 * 30
+    assert Server().max_response_bytes > largest
+    assert parse_config(yaml.safe_load(doc()), {}).server.max_response_bytes > largest

@@ -755,16 +755,17 @@ async def test_an_unknown_expectation_is_refused_though_the_body_came(fourteen: 
 async def _flood_stream(request: bytes, writer: asyncio.StreamWriter) -> None:
     writer.write(EVENT_STREAM_HEAD)
     text = "y" * (512 * 1024)  # under the bound of one event (1 MiB)
-    for _ in range(160):  # 80 MiB of text, past the 64 MiB bound of a whole answer
+    for _ in range(20):  # 10 MiB of text, past the test's bound of a whole answer (8 MiB)
         writer.write(chunk(_event(_text_chunk(text))))
         await writer.drain()
 
 
 async def test_a_stream_collected_for_a_whole_answer_is_bounded_in_size(servers: Servers) -> None:
-    with proxied(servers, {"flood": _flood_stream}) as (_, url, _gateway):
+    limit = {"max_response_bytes": 8 << 20}
+    with proxied(servers, {"flood": _flood_stream}, server=limit) as (_, url, _gateway):
         status, _, raw = await _post(url, {"model": "flood", "messages": CHAT})
     assert status == 502, raw[:300]
-    assert "larger than the limit" in orjson.loads(raw)["error"]["message"]
+    assert f"larger than the limit of {8 << 20} bytes" in orjson.loads(raw)["error"]["message"]
 
 
 # --- every client input is answered in section 4's shape, without a traceback ----------------
