@@ -65,7 +65,9 @@ _API: Final[Mapping[str, tuple[str, ApiEndpoint]]] = {
 _MODEL_PREFIX: Final = "/v1/models/"  # GET /v1/models/{model}, as client.models.retrieve calls
 _RESPONSES_PREFIX: Final = "/v1/responses/"  # GET/DELETE /v1/responses/{id}, .../input_items
 # Apps written for AzureOpenAI: the deployment in the path is the model (docs/endpoints.md).
-_AZURE: Final = re.compile(r"/openai/deployments/([^/]+)/(chat/completions|completions|embeddings)")
+# The openai SDK puts it in the path as it is, so a model named like "meta-llama/Llama-3.1-8B"
+# spans segments: the shortest that leaves an endpoint after it.
+_AZURE: Final = re.compile(r"/openai/deployments/(.+?)/(chat/completions|completions|embeddings)")
 _AZURE_ENDPOINTS: Final[Mapping[str, ApiEndpoint]] = {
     "chat/completions": "chat",
     "completions": "completions",

@@ -10,7 +10,7 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY
+from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
 from tests.replay import GOLDEN
 
 CHAT: Any = [{"role": "user", "content": "Hello"}]
@@ -110,6 +110,29 @@ def test_azure_deployment_wins_over_the_body_model(proxy_url: str) -> None:
     ) as client:
         whole = client.chat.completions.create(model="whatever-the-app-says", messages=CHAT)
     assert whole.model == "gpt-4o"
+
+
+@pytest.fixture(scope="module")
+def slashed_url(servers: Servers) -> str:
+    url, _ = servers.start_proxy(
+        {
+            "meta-llama/Llama-3.1-8B": {"provider": "emu", "model": "openai"},
+            "org/team/chat": {"provider": "emu", "model": "openai"},
+        }
+    )
+    return url
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B", "org/team/chat"])
+def test_an_azure_deployment_may_hold_slashes(slashed_url: str, model: str) -> None:
+    # As vLLM and Hugging Face name models; "org/team/chat" ends like an endpoint's path.
+    with azure(slashed_url) as client:
+        whole = client.chat.completions.create(model=model, messages=CHAT)
+        stream = client.chat.completions.create(model=model, messages=CHAT, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert whole.model == model
+    assert whole.choices[0].message.content == golden_text("openai.chat.json")
+    assert streamed == golden_text("openai.chat.stream.sse")
 
 
 def test_azure_completions_path(proxy_url: str) -> None:
