@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from time import perf_counter
 from typing import Final
 
@@ -225,16 +226,17 @@ async def handle_completion(
             limiter.finish(exchange, reservation)
 
 
-async def _admit(
+def _admit(
     limiter: Limiter,
     runtime: Runtime,
     team: Team,
     model: Model,
     client_request: ClientRequest,
     exchange: Exchange,
-) -> Reservation | None:
+) -> Coroutine[None, None, Reservation | None]:
     """The team's reservation for the request (docs/limits.md): its prompt, estimated, and
-    its ceiling of completion tokens, the client's ``max_tokens`` or else the model's."""
+    its ceiling of completion tokens, the client's ``max_tokens`` or else the model's. Not a
+    coroutine of its own: the limiter's is awaited, one frame fewer to resume."""
     limits = team.limits
     plan = runtime.plans[model.name]
     ceiling = client_request.max_tokens
@@ -243,7 +245,7 @@ async def _admit(
     elif ceiling is None:
         ceiling = model.max_tokens
     counts_tokens = limits.tokens_per_minute is not None or limits.budget is not None
-    return await limiter.admit(
+    return limiter.admit(
         team,
         exchange,
         prompt_tokens=prompt_estimate(client_request.prompt) if counts_tokens else 0,

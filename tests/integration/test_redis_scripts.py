@@ -156,6 +156,38 @@ def test_a_new_concurrency_limit_is_the_one_enforced(server: RedisServer) -> Non
     assert asyncio.run(run()) == [True, False, True, True]
 
 
+def test_a_reservation_survives_a_server_that_lost_its_scripts(server: RedisServer) -> None:
+    """A restarted Redis answers NOSCRIPT: the script is loaded and the call sent once more;
+    any other error reply is the store's failure, and is not sent again (a script that failed
+    midway is not undone)."""
+    client = server.client()
+    client.flushdb()
+
+    async def run() -> tuple[list[int], bool, int]:
+        store = RedisStore(server.url, 0.5)
+        try:
+            seen = []
+            for n in range(3):
+                if n == 1:
+                    client.script_flush()
+                r = reserve(
+                    "s", Limits(requests_per_minute=10, concurrency=5), prompt_tokens=0,
+                    max_tokens=0, price=None, lease_id=f"l{n}", lease_seconds=30, now=time.time(),
+                )  # fmt: skip
+                seen.append((await store.reserve(r, time.time())).used[0])
+            # The lease set as a string: the script's ZREMRANGEBYSCORE fails (WRONGTYPE).
+            assert r.lease is not None
+            client.set(r.lease.key, "not a set")
+            with pytest.raises(StoreUnavailable, match="WRONGTYPE") as failed:
+                await store.reserve(r, time.time())
+            return seen, failed.value.sent, int(client.get(r.charges[0].key) or 0)
+        finally:
+            await store.close()
+
+    # Each reservation counted once, the one after the flush included; the failed one not.
+    assert asyncio.run(run()) == ([0, 1, 2], True, 3)
+
+
 def test_a_redis_that_is_gone_is_unavailable_within_the_timeout() -> None:
     async def run() -> float:
         store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", 0.2)
