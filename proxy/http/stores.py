@@ -47,7 +47,7 @@ LINE_LIMIT: Final = 16 * 2**20
 
 
 R = TypeVar("R")
-_INT: Final = {int}
+_INT: Final = frozenset({int})
 Settle = tuple[str, Settlement, Entry | None]  # a request's team, settlement, ledger entry
 
 
@@ -261,7 +261,7 @@ class RedisStore(_Connected[Reply]):
                 self._reserve_head(reservation),
             )
         command = kept[1] + pack_texts(reserve_dynamic(reservation, now))
-        # Inlined _evalsha: one coroutine fewer to resume on every request.
+        # Awaited here, not through a helper: one coroutine fewer to resume on every request.
         (reply,) = await self._send(command, 1)
         if isinstance(reply, ReplyError):
             (reply,) = await self._reloaded(RESERVE, command, reply)
