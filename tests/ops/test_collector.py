@@ -129,13 +129,15 @@ def promoted() -> Node:
 @pytest.mark.usefixtures("automatic")
 async def test_old_cycles_wait_for_a_full_collection_when_time_is_up() -> None:
     fulls = Pauses(full=True)
-    collector = Collector(asyncio.get_running_loop(), 0.02, full_every=0.5, observe=fulls)
+    collector = Collector(asyncio.get_running_loop(), 0.02, full_every=2.0, observe=fulls)
     collector.start()
     try:
         old, freed = watched(promoted())
         await asyncio.sleep(0.1)  # several young ticks, which do not walk it
-        assert old() is not None and not fulls.seen.is_set()
-        async with asyncio.timeout(5):
+        # Unless the loop was held up past full_every (a loaded machine): then the full
+        # collection may have come already, and freed it rightly.
+        assert old() is not None or fulls.seen.is_set()
+        async with asyncio.timeout(10):
             await freed.wait()
         assert fulls.seen.is_set()
     finally:
