@@ -729,11 +729,11 @@ async def test_an_answer_over_the_size_limit_is_a_502(
     assert f"larger than {limit} bytes" in body["error"]["message"]
 
 
-async def test_the_default_size_limit_takes_an_answer_past_the_old_one(
+async def test_an_answer_under_the_size_limit_is_taken_whole(
     servers: Servers, wire: WireUpstream
 ) -> None:
-    # 16 MiB, under a limit of 17 MiB: taken whole (the default's order of size is too slow and
-    # too large for a test; tests/core/test_config.py checks the default itself).
+    # 16 MiB under a limit of 17 MiB (the default's order of size is too slow and too large for
+    # a test; tests/core/test_config.py checks the default against the largest answer).
     url, _ = servers.start_proxy(
         {"large": {"provider": "large", "model": "up"}},
         providers={"large": {"base_url": wire.url("large"), "api_key": UPSTREAM_SECRET}},

@@ -12,7 +12,7 @@ from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest, encode_body, parse_request, read_object
 from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.output import make_id
-from proxy.normalize.responses.request import chat_body, refuse_stateful
+from proxy.normalize.responses.request import CLIENT_NAMES, chat_body, refuse_stateful
 
 __all__ = ["ResponsesCall", "as_responses_refusal", "passthrough_body", "responses_request"]
 
@@ -55,17 +55,7 @@ def _routing_request(body: dict[str, Any], refusal: InvalidRequest) -> ClientReq
     return ClientRequest("chat", body, model, stream, stream, None, 1, body.get("input"))
 
 
-# The chat parameters a Responses request is made into (``request.chat_body``), by the name the
-# Responses client gave them (longest first: a prefix names a part of one), so that a refusal
-# of the chat request names what that client sent.
-_CLIENT_NAMES: Final = (
-    ("response_format.json_schema.", "text.format."),
-    ("response_format", "text.format"),
-    ("max_completion_tokens", "max_output_tokens"),
-    ("reasoning_effort", "reasoning.effort"),
-    ("verbosity", "text.verbosity"),
-)
-_RENAMED: Final = dict(_CLIENT_NAMES)
+_RENAMED: Final = dict(CLIENT_NAMES)
 # In a refusal's text, the names no prose word could be.
 _CHAT_NAME: Final = re.compile(
     r"\b(response_format\.json_schema\.|response_format|max_completion_tokens|reasoning_effort)"
@@ -88,7 +78,7 @@ def _client_name(param: str) -> str | None:
     if param.startswith("messages"):
         # Not input's index: instructions and some items are messages of their own.
         return "input" if param == "messages" or param[8] in ".[" else None
-    for chat, client in _CLIENT_NAMES:
+    for chat, client in CLIENT_NAMES:
         if param == chat or param.startswith(chat if chat[-1] == "." else (chat + ".", chat + "[")):
             return client + param[len(chat) :]
     return None

@@ -91,6 +91,18 @@ def refuse_stateful(body: dict[str, Any]) -> None:
         )
 
 
+# The chat parameters ``chat_body`` makes of a Responses request's own, by the name the
+# Responses client gave them (longest first: a prefix names a part of one), so that a refusal
+# of the chat request names what that client sent (``call.as_responses_refusal``). Kept
+# beside the translation that makes them.
+CLIENT_NAMES: Final = (
+    ("response_format.json_schema.", "text.format."),
+    ("response_format", "text.format"),
+    ("max_completion_tokens", "max_output_tokens"),
+    ("reasoning_effort", "reasoning.effort"),
+    ("verbosity", "text.verbosity"),
+)
+
 # Chat request fields the translation writes itself, or that a Response cannot show.
 _CHAT_ONLY: Final = (
     "messages",
