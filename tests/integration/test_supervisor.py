@@ -81,7 +81,10 @@ def test_a_worker_that_cannot_start_is_retried_ever_later_while_the_other_serves
             float(match)
             for match in re.findall(r"exited with 2; starting a new one in (\S+) s", said)
         ]
-        assert len(delays) == len(failures), said
+        # Each failed start's exit is told after its "cannot start": the last one's may not be
+        # yet, on a loaded machine.
+        assert len(failures) - 1 <= len(delays) <= len(failures), said
+        assert delays, said
         assert all(later == 2 * earlier for earlier, later in itertools.pairwise(delays)), delays
         # The worker that was not killed serves throughout.
         assert worker_pids(served) == [alive]
