@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import yaml
 
@@ -24,6 +24,8 @@ from proxy.core.errors import ConfigError
 T = TypeVar("T")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# Control characters as a string's repr writes them (a newline as backslash and n).
+_ESCAPED: Final = {code: repr(chr(code))[1:-1] for code in (*range(32), 127)}
 
 
 # --- scalar readers: value -> typed value, or Invalid(what is wrong) -----------------------------
@@ -153,7 +155,10 @@ class Checker:
     problems: list[str] = field(default_factory=list)
 
     def fail(self, path: str, *whats: str) -> None:
-        self.problems.extend(f"{path or '(top level)'}: {what}" for what in whats)
+        # One line each, whatever a name or value quoted in it holds.
+        self.problems.extend(
+            f"{path or '(top level)'}: {what}".translate(_ESCAPED) for what in whats
+        )
 
     def read(self, raw: object, read: Callable[[object], T]) -> T:
         """``raw``, substituted if a string, then read; raises Invalid."""

@@ -728,6 +728,15 @@ def test_problems_never_quote_values() -> None:
     assert "sk-live" not in message
 
 
+def test_a_problem_is_one_line_whatever_the_names_it_quotes_hold() -> None:
+    """A provider or model named with a control character: escaped, not a broken line."""
+    raw = {"providers": None, "models": {"m\tx": {"provider": "\n", "model": "a"}}}
+    with pytest.raises(ConfigError) as failed:
+        parse_config(raw, ENV)
+    assert "models.'m\\tx'.provider: unknown provider '\\n'" in failed.value.problems
+    assert all("\n" not in line and "\t" not in line for line in failed.value.problems)
+
+
 # --- load_config: the file and environment I/O
 
 
