@@ -15,31 +15,34 @@ take as an integer: numbers go back to Redis as the ARGV strings they came as, o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from proxy.core.limits import Decision, Reservation, admit
 
 RESERVE: Final = """
+-- One team's reservations of one loop turn, in order, as if each were a call of its own.
 -- KEYS[i], i = 1..n: the charges' counters; KEYS[n + 1], if there is one: the lease set.
 -- ARGV, first what is the same for every request of a team's window: ARGV[1] n; charge i:
 -- ARGV[1 + i] limit, ARGV[1 + n + i] unit (0 requests, 1 tokens, 2 nano-USD), ARGV[1 + 2 * n + i]
--- when its key expires (epoch seconds); ARGV[3 * n + 2] the lease limit. Then the request's:
--- ARGV[3 * n + 3] now, ARGV[3 * n + 4] tokens, ARGV[3 * n + 5] nano-USD, ARGV[3 * n + 6] the
--- lease's member, ARGV[3 * n + 7] its deadline.
--- Returns {admitted (1 or 0), each counter as seen, the leases held}.
+-- when its key expires (epoch seconds); ARGV[3 * n + 2] the lease limit. Then the batch's:
+-- ARGV[3 * n + 3] now, ARGV[3 * n + 4] the count c of reservations; then for each, from
+-- a = 3 * n + 5 on, four: ARGV[a] tokens, ARGV[a + 1] nano-USD, ARGV[a + 2] the lease's member,
+-- ARGV[a + 3] its deadline.
+-- Returns, for each reservation, n + 2 integers: admitted (1 or 0), each counter as it saw it,
+-- the leases held; all in one string, separated by spaces (one reply to read, not c arrays).
 local n = tonumber(ARGV[1])
+local lease_limit = tonumber(ARGV[3 * n + 2])
 local now = ARGV[3 * n + 3]
-local tokens = ARGV[3 * n + 4]
-local nanos = ARGV[3 * n + 5]
-local amounts = {'1', tokens, nanos}
-local used = {}
-local admitted = 1
+local count = tonumber(ARGV[3 * n + 4])
+local limits, units, used, before = {}, {}, {}, {}
 for i = 1, n do
   local key = KEYS[i]
   local limit = tonumber(ARGV[1 + i])
   local unit = tonumber(ARGV[1 + n + i])
+  limits[i], units[i] = limit, unit + 1
   used[i] = tonumber(redis.call('GET', key) or '0')
-  if used[i] + tonumber(amounts[unit + 1]) > limit then admitted = 0 end
+  before[i] = used[i]
 end
 local lease_key = KEYS[n + 1]
 local in_flight = 0
@@ -47,30 +50,53 @@ if lease_key then
   -- A lease whose deadline has passed is a request that died without settling.
   redis.call('ZREMRANGEBYSCORE', lease_key, '-inf', now)
   in_flight = redis.call('ZCARD', lease_key)
-  local lease_limit = tonumber(ARGV[3 * n + 2])
-  if in_flight + 1 > lease_limit then admitted = 0 end
 end
-if admitted == 1 then
+local replies, leases, longest, taken = {}, {}, 1, false
+for r = 1, count do
+  local a = 3 * n + 1 + 4 * r
+  local tokens = tonumber(ARGV[a])
+  local nanos = tonumber(ARGV[a + 1])
+  local member = ARGV[a + 2]
+  local deadline = ARGV[a + 3]
+  local amounts = {1, tokens, nanos}
+  local admitted = 1
+  -- Numbers as %d: tostring writes a double of more than 14 digits as 1e+15.
+  local reply = {}
   for i = 1, n do
-    local key = KEYS[i]
-    local unit = tonumber(ARGV[1 + n + i])
-    local expires = ARGV[1 + 2 * n + i]
-    redis.call('INCRBY', key, amounts[unit + 1])
-    redis.call('EXPIREAT', key, expires)
+    reply[i + 1] = string.format('%d', used[i])
+    if used[i] + amounts[units[i]] > limits[i] then admitted = 0 end
   end
-  if lease_key then
-    local member = ARGV[3 * n + 6]
-    local deadline = ARGV[3 * n + 7]
-    local lease_ttl = math.max(1, math.floor(tonumber(deadline) - tonumber(now)) + 1)
-    redis.call('ZADD', lease_key, deadline, member)
-    -- Only ever lengthened: a shorter lease must not expire the set under a longer one.
-    if redis.call('TTL', lease_key) < lease_ttl then
-      redis.call('EXPIRE', lease_key, string.format('%d', lease_ttl))
+  if lease_key and in_flight + 1 > lease_limit then admitted = 0 end
+  reply[1] = admitted
+  reply[n + 2] = string.format('%d', in_flight)
+  replies[r] = table.concat(reply, ' ')
+  if admitted == 1 then
+    taken = true
+    for i = 1, n do used[i] = used[i] + amounts[units[i]] end
+    if lease_key then
+      in_flight = in_flight + 1
+      leases[#leases + 1] = deadline
+      leases[#leases + 1] = member
+      longest = math.max(longest, math.floor(tonumber(deadline) - tonumber(now)) + 1)
     end
   end
 end
-used[n + 1] = in_flight
-return {admitted, unpack(used)}
+if taken then
+  for i = 1, n do
+    local key = KEYS[i]
+    local expires = ARGV[1 + 2 * n + i]
+    redis.call('INCRBY', key, string.format('%d', used[i] - before[i]))
+    redis.call('EXPIREAT', key, expires)
+  end
+end
+if #leases > 0 then
+  redis.call('ZADD', lease_key, unpack(leases))
+  -- Only ever lengthened: a shorter lease must not expire the set under a longer one.
+  if redis.call('TTL', lease_key) < longest then
+    redis.call('EXPIRE', lease_key, string.format('%d', longest))
+  end
+end
+return table.concat(replies, ' ')
 """
 
 SETTLE: Final = """
@@ -112,10 +138,15 @@ return n
 """
 
 
-def reserve_call(reservation: Reservation, now: float) -> tuple[list[str], list[str]]:
-    """RESERVE's KEYS and ARGV for ``reservation``."""
-    keys, static = reserve_static(reservation)
-    return keys, static + reserve_dynamic(reservation, now)
+# The most reservations in one RESERVE call: Lua's unpack of their leases has a bound.
+RESERVE_BATCH: Final = 256
+
+
+def reserve_call(reservations: Sequence[Reservation], now: float) -> tuple[list[str], list[str]]:
+    """RESERVE's KEYS and ARGV for ``reservations`` (of one team's window, in order) at ``now``."""
+    keys, static = reserve_static(reservations[0])
+    return keys, [*static, *reserve_batch(now, len(reservations)),
+                  *[arg for r in reservations for arg in reserve_own(r)]]  # fmt: skip
 
 
 def reserve_static(reservation: Reservation) -> tuple[list[str], list[str]]:
@@ -134,22 +165,35 @@ def reserve_static(reservation: Reservation) -> tuple[list[str], list[str]]:
     return keys, args
 
 
-# How many of RESERVE's ARGV are the request's own (``reserve_dynamic``).
-DYNAMIC_ARGS: Final = 5
+def reserve_batch(now: float, count: int) -> list[str]:
+    """The batch's ARGV after the static ones: when it is sent, and how many it holds."""
+    return [repr(float(now)), str(count)]
 
 
-def reserve_dynamic(reservation: Reservation, now: float) -> list[str]:
-    """The rest of RESERVE's ARGV: this request's."""
+# How many of RESERVE's ARGV are each reservation's own (``reserve_own``).
+OWN_ARGS: Final = 4
+
+
+def reserve_own(reservation: Reservation) -> list[str]:
+    """One reservation's ARGV: its tokens, its nano-USD, its lease's member and deadline."""
     _, tokens, nanos = reservation.amounts
     lease = reservation.lease
     if lease is None:
-        return [repr(float(now)), str(tokens), str(nanos), "", "0"]
-    return [repr(float(now)), str(tokens), str(nanos), lease.member, repr(float(lease.deadline))]
+        return [str(tokens), str(nanos), "", "0"]
+    return [str(tokens), str(nanos), lease.member, repr(float(lease.deadline))]
 
 
-def reserve_decision(reservation: Reservation, reply: list[int], now: float) -> Decision:
-    """The decision of RESERVE's reply: the script's counters as seen, and for a refusal,
-    ``admit``'s account of it, which must agree that it is one."""
+def reserve_replies(reply: Sequence[int], count: int) -> list[list[int]]:
+    """RESERVE's reply cut into each reservation's (``ValueError`` if it does not divide)."""
+    size, rest = divmod(len(reply), count) if count else (0, 1)
+    if rest or size < 2:
+        raise ValueError(f"a reply of {len(reply)} integers for {count} reservations")
+    return [list(reply[i : i + size]) for i in range(0, len(reply), size)]
+
+
+def reserve_decision(reservation: Reservation, reply: Sequence[int], now: float) -> Decision:
+    """The decision of one reservation's reply: the script's counters as seen, and for a
+    refusal, ``admit``'s account of it, which must agree that it is one."""
     in_flight = reply[-1] if len(reply) > 1 else 0
     used = tuple(reply[1:-1])
     if reply[0]:

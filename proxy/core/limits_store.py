@@ -35,28 +35,34 @@ class MemoryStore:
     # --- the scripts ---------------------------------------------------------------------
 
     def eval_reserve(self, keys: Sequence[str], args: Sequence[str]) -> list[int]:
-        """RESERVE (``limits_lua``): its reply."""
+        """RESERVE (``limits_lua``): its reply, each reservation's integers one after another."""
         n = int(args[0])
         limits = [int(a) for a in args[1 : 1 + n]]
         units = [int(a) for a in args[1 + n : 1 + 2 * n]]
         expiries = [float(a) for a in args[1 + 2 * n : 1 + 3 * n]]
         lease_limit = int(args[1 + 3 * n])
         now = float(args[2 + 3 * n])
-        amounts = (1, int(args[3 + 3 * n]), int(args[4 + 3 * n]))
-        member, deadline = args[5 + 3 * n], float(args[6 + 3 * n])
+        count = int(args[3 + 3 * n])
         used = [self.value(keys[i], now) for i in range(n)]
-        admitted = all(used[i] + amounts[units[i]] <= limits[i] for i in range(n))
         lease_key = keys[n] if len(keys) > n else None
-        in_flight = 0
-        if lease_key is not None:
-            in_flight = self.in_flight(lease_key, now)
-            admitted = admitted and in_flight + 1 <= lease_limit
-        if admitted:
+        in_flight = self.in_flight(lease_key, now) if lease_key is not None else 0
+        reply: list[int] = []
+        taken = False
+        for a in range(4 + 3 * n, 4 + 3 * n + 4 * count, 4):
+            amounts = (1, int(args[a]), int(args[a + 1]))
+            admitted = all(used[i] + amounts[units[i]] <= limits[i] for i in range(n))
+            admitted = admitted and (lease_key is None or in_flight + 1 <= lease_limit)
+            reply += [int(admitted), *used, in_flight]
+            if admitted:
+                taken = True
+                used = [used[i] + amounts[units[i]] for i in range(n)]
+                if lease_key is not None:
+                    in_flight += 1
+                    self.leases.setdefault(lease_key, {})[args[a + 2]] = float(args[a + 3])
+        if taken:
             for i in range(n):
-                self.counters[keys[i]] = (self.value(keys[i], now) + amounts[units[i]], expiries[i])
-            if lease_key is not None:
-                self.leases.setdefault(lease_key, {})[member] = deadline
-        return [int(admitted), *used, in_flight]
+                self.counters[keys[i]] = (used[i], expiries[i])
+        return reply
 
     def eval_settle(self, keys: Sequence[str], args: Sequence[str], now: float) -> None:
         """SETTLE (``limits_lua``), at ``now`` (for the keys' expiry, as Redis's clock)."""

@@ -34,14 +34,8 @@ from proxy.core.limits_config import State
 from proxy.core.limits_view import probe, view
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
-from proxy.http.stores import (
-    LocalStore,
-    RedisStore,
-    Settle,
-    Store,
-    StoreUnavailable,
-    WorkerStore,
-)
+from proxy.http.redis_store import RedisStore
+from proxy.http.stores import LocalStore, Settle, Store, StoreUnavailable, WorkerStore
 
 log = logging.getLogger("proxy.limits")
 
@@ -89,7 +83,9 @@ class Limiter:
         self.up = True
         self._retry_at = 0.0
         self._queue: collections.deque[Settle] = collections.deque()
-        self._wake = asyncio.Event()
+        # Set while the sender waits for settlements: the first to come wakes it (a check per
+        # request, not an Event's set).
+        self._idle: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._local = store if isinstance(store, LocalStore) else None
         self.windows = Windows()
@@ -184,7 +180,8 @@ class Limiter:
             self._queue.popleft()
             self.events.settlements_dropped(1)
         self._queue.append(call)
-        self._wake.set()
+        if self._idle is not None:
+            self._wake()
 
     def _unchecked(self) -> None:
         """Admitted unchecked (on_failure open), or refused (closed)."""
@@ -218,12 +215,18 @@ class Limiter:
             self.up = True
             log.warning("state store (%s) answers again; limits are enforced", self.store.kind)
             self.events.state_changed(True)
-            self._wake.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        idle, self._idle = self._idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
 
     async def _send_settlements(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            if not self._queue:
+                self._idle = asyncio.get_running_loop().create_future()
+                await self._idle
             while self._queue:
                 if not self._usable():
                     await asyncio.sleep(max(0.0, self._retry_at - time.monotonic()))

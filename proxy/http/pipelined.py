@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
@@ -26,13 +27,31 @@ class ProtocolError(ValueError):
 
 
 class _Call(Generic[T]):
-    __slots__ = ("future", "left", "replies", "sent")
+    """A call's replies, for a future or a callback (``Pipelined.send_then``)."""
 
-    def __init__(self, future: asyncio.Future[list[T]], count: int, sent: float) -> None:
+    __slots__ = ("future", "left", "replies", "sent", "then")
+
+    def __init__(
+        self,
+        future: asyncio.Future[list[T]] | None,
+        then: Callable[[list[T] | Exception], None] | None,
+        count: int,
+        sent: float,
+    ) -> None:
         self.future = future
+        self.then = then
         self.left = count
         self.replies: list[T] = []
         self.sent = sent
+
+    def answered(self, outcome: list[T] | Exception) -> None:
+        if self.then is not None:
+            self.then(outcome)
+        elif self.future is not None and not self.future.done():
+            if isinstance(outcome, Exception):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
 
 
 class Pipelined(asyncio.Protocol, Generic[T]):
@@ -67,19 +86,34 @@ class Pipelined(asyncio.Protocol, Generic[T]):
         """The replies to the ``count`` calls packed in ``data``, in order (a connection lost
         fails the future with ``ConnectionError``)."""
         future: asyncio.Future[list[T]] = self._loop.create_future()
+        self._queue(_Call(future, None, count, self._loop.time()), data, at_once=False)
+        return future
+
+    def send_then(
+        self, data: bytes, count: int, then: Callable[[list[T] | Exception], None]
+    ) -> None:
+        """``send``, written now (after what was sent before it this turn), for a caller that
+        gathered its calls itself; ``then`` is called with the replies or the failure as they
+        come, with no turn of the loop in between (a future's callbacks wait for one). It must
+        not raise."""
+        self._queue(_Call(None, then, count, self._loop.time()), data, at_once=True)
+
+    def _queue(self, call: _Call[T], data: bytes, *, at_once: bool) -> None:
         if self.closed or self._transport is None:
-            future.set_exception(ConnectionError(f"the connection to {self.name} is closed"))
-            return future
-        now = self._loop.time()
-        self._calls.append(_Call(future, count, now))
+            call.answered(ConnectionError(f"the connection to {self.name} is closed"))
+            return
+        self._calls.append(call)
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_at(call.sent + self.timeout, self._watch)
+        if at_once:
+            self._out.append(data)
+            self._flush()
+            return
         if not self._out:
             # Written once this turn of the loop is over, with every call made during it: one
             # write (and one reply to read) for the requests of a busy moment.
             self._loop.call_soon(self._flush)
         self._out.append(data)
-        if self._watchdog is None:
-            self._watchdog = self._loop.call_at(now + self.timeout, self._watch)
-        return future
 
     def _flush(self) -> None:
         out, self._out = self._out, []
@@ -108,8 +142,7 @@ class Pipelined(asyncio.Protocol, Generic[T]):
                 call.left -= 1
                 if not call.left:
                     self._calls.popleft()
-                    if not call.future.done():
-                        call.future.set_result(call.replies)
+                    call.answered(call.replies)
         except Incomplete:
             pass
         except (ValueError, IndexError) as exc:  # IndexError: nobody asked
@@ -127,9 +160,7 @@ class Pipelined(asyncio.Protocol, Generic[T]):
     def _fail(self, error: Exception) -> None:
         self.close()
         while self._calls:
-            call = self._calls.popleft()
-            if not call.future.done():
-                call.future.set_exception(error)
+            self._calls.popleft().answered(error)
 
     def close(self) -> None:
         self.closed = True

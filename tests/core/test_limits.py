@@ -24,10 +24,11 @@ from proxy.core.limits import (
     window,
 )
 from proxy.core.limits_lua import (
-    DYNAMIC_ARGS,
+    OWN_ARGS,
     RESERVE,
     reserve_call,
     reserve_decision,
+    reserve_replies,
 )
 from proxy.core.limits_store import MemoryStore
 from proxy.core.prices import Price
@@ -283,8 +284,13 @@ def test_overshoot_is_bounded_by_what_was_reserved_and_not_known(n: int, excess:
         (0, "0ms"),
         (0.02, "20ms"),
         (1, "1s"),
+        (0.9996, "1s"),  # to the millisecond
         (1.5, "1.5s"),
+        (10.01, "10.01s"),
+        (12.345, "12.345s"),
+        (30.1, "30.1s"),
         (59.999, "59.999s"),
+        (59.9996, "1m0s"),
         (60, "1m0s"),
         (360, "6m0s"),
         (3723.25, "1h2m3.25s"),
@@ -348,37 +354,48 @@ def _check(
 
 def test_reserve_script_reads_what_reserve_call_gives() -> None:
     now = T0 + 15.25
-    r = ask(Limits(600, 9000, 50, Budget("usd", 100, "month")), now, lease="lease-id")
-    keys, args = reserve_call(r, now)
+    limits = Limits(600, 9000, 50, Budget("usd", 100, "month"))
+    r = ask(limits, now, lease="lease-id")
+    later = ask(limits, now + 1, lease="other", max_tokens=7)
+    keys, args = reserve_call([r, later], now + 2)
     c = r.charges
-    _check(
-        RESERVE,
-        keys,
-        args,
-        {
-            "n": ["3"],
-            "now": [repr(now)],
-            "tokens": [str(r.tokens)],
-            "nanos": [str(nanos(r.usd or 0))],
-            "key": [ch.key for ch in c],
-            "limit": [str(ch.limit) for ch in c],
-            "unit": ["0", "1", "2"],
-            "expires": [str(int(T0) + 60 + GRACE_SECONDS)] * 2 + [str(r.charges[2].expires)],
-            "lease_key": ["lim:{t}:inflight"],
-            "lease_limit": ["50"],
-            "member": ["lease-id"],
-            "deadline": [repr(now + 900)],
-        },
-    )
-    assert len(keys) == 4 and len(args) == 3 * 3 + 2 + DYNAMIC_ARGS
-    # The same for every request of the window but the last DYNAMIC_ARGS.
-    later = ask(Limits(600, 9000, 50, Budget("usd", 100, "month")), now + 1, lease="other")
-    assert reserve_call(later, now + 1)[1][:-DYNAMIC_ARGS] == args[:-DYNAMIC_ARGS]
+    window = {
+        "n": ["3"],
+        "now": [repr(now + 2)],
+        "count": ["2"],
+        "key": [ch.key for ch in c],
+        "limit": [str(ch.limit) for ch in c],
+        "unit": ["0", "1", "2"],
+        "expires": [str(int(T0) + 60 + GRACE_SECONDS)] * 2 + [str(r.charges[2].expires)],
+        "lease_key": ["lim:{t}:inflight"],
+        "lease_limit": ["50"],
+    }
+    # Each reservation's four, after the window's and the batch's: ``a`` for the first, then on.
+    for number, (one, deadline) in enumerate([(r, now + 900), (later, now + 901)]):
+        own = {
+            "tokens": [str(one.tokens)],
+            "nanos": [str(nanos(one.usd or 0))],
+            "member": [one.lease.member if one.lease else ""],
+            "deadline": [repr(deadline)],
+        }
+        _check(RESERVE, keys, args, window | own, {"a": 3 * 3 + 5 + OWN_ARGS * number})
+    assert len(keys) == 4 and len(args) == 3 * 3 + 2 + 2 + 2 * OWN_ARGS
+    # The same for every request of the window but the batch's and the reservations' own.
+    alone = reserve_call([later], now + 1)[1]
+    assert alone[: 3 * 3 + 2] == args[: 3 * 3 + 2]
+    assert alone[-OWN_ARGS:] == args[-OWN_ARGS:]
 
 
 def test_reserve_script_without_a_lease_reads_no_lease() -> None:
-    keys, args = reserve_call(ask(Limits(requests_per_minute=1)), T0)
-    assert (len(keys), len(args)) == (1, 5 + DYNAMIC_ARGS)  # KEYS[n + 1] is nil: no lease set
+    keys, args = reserve_call([ask(Limits(requests_per_minute=1))], T0)
+    assert (len(keys), len(args)) == (1, 5 + 2 + OWN_ARGS)  # KEYS[n + 1] is nil: no lease set
+
+
+def test_reserve_replies_are_cut_per_reservation() -> None:
+    assert reserve_replies([1, 0, 2, 1, 1, 3], 2) == [[1, 0, 2], [1, 1, 3]]
+    for reply, count in [([1, 0, 2, 1, 5], 2), ([1], 1), ([], 0), ([1, 2], 0)]:
+        with pytest.raises(ValueError):
+            reserve_replies(reply, count)
 
 
 def test_reserve_decision_reads_the_scripts_reply() -> None:

@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 
 from proxy.core.ledger import entry
 from proxy.core.limits import Budget, Limits, Reservation, reserve, settle
-from proxy.core.limits_lua import RESERVE, SETTLE, reserve_call
+from proxy.core.limits_lua import RESERVE, RESERVE_BATCH, SETTLE, reserve_call, reserve_replies
 from proxy.core.limits_store import MemoryStore
 from proxy.core.prices import Price
 from proxy.core.tally import Tally
 from proxy.core.usage import Usage
-from proxy.http.stores import RedisStore, StoreUnavailable
+from proxy.http.redis_store import RedisStore
+from proxy.http.stores import StoreUnavailable
 from tests.harness import free_port
 from tests.redis_server import RedisServer, redis_server
 
@@ -38,6 +39,7 @@ STEP = st.tuples(
     st.integers(0, 50),  # prompt tokens
     st.integers(0, 200),  # max_tokens, and the completion tokens used
     st.booleans(),  # usage known
+    st.integers(1, 3),  # reservations in one call (a loop turn's, in the proxy)
 )
 
 
@@ -46,7 +48,7 @@ STEP = st.tuples(
 )
 @given(steps=st.lists(STEP, min_size=1, max_size=40))
 def test_the_scripts_do_what_memory_store_does(
-    server: RedisServer, steps: list[tuple[str, int, int, bool]]
+    server: RedisServer, steps: list[tuple[str, int, int, bool, int]]
 ) -> None:
     client = server.client()
     client.flushdb()
@@ -57,18 +59,29 @@ def test_the_scripts_do_what_memory_store_does(
     held: list[Reservation] = []
     keys_seen: set[str] = set()
     try:
-        for n, (op, prompt, tokens, known) in enumerate(steps):
+        for n, (op, prompt, tokens, known, batch) in enumerate(steps):
             now = time.time()
             if op == "reserve" or not held:
-                r = reserve(
-                    team, LIMITS, prompt_tokens=prompt, max_tokens=tokens, price=PRICE,
-                    lease_id=f"lease-{n}", lease_seconds=30, now=now,
-                )  # fmt: skip
-                keys, args = reserve_call(r, now)
+                rs = [
+                    reserve(
+                        team,
+                        LIMITS,
+                        prompt_tokens=prompt + i,
+                        max_tokens=tokens,
+                        price=PRICE,
+                        lease_id=f"lease-{n}-{i}",
+                        lease_seconds=30,
+                        now=now,
+                    )
+                    for i in range(batch)
+                ]
+                keys, args = reserve_call(rs, now)
                 expected = memory.eval_reserve(keys, args)
-                assert [int(v) for v in reserve_script(keys=keys, args=args)] == expected
-                if expected[0]:
-                    held.append(r)
+                reply = reserve_script(keys=keys, args=args)
+                assert [int(v) for v in reply.split()] == expected
+                for r, one in zip(rs, reserve_replies(expected, batch), strict=True):
+                    if one[0]:
+                        held.append(r)
             else:
                 r = held.pop(0)
                 usage = Usage(prompt, tokens, prompt + tokens, cached_tokens=prompt // 3)
@@ -107,10 +120,12 @@ def test_a_reply_past_2_to_the_53_is_refused_not_rounded(server: RedisServer) ->
             max_tokens=10**6, price=Price(0, 0, 1_000_000), lease_id="x", lease_seconds=1,
             now=time.time(),
         )  # fmt: skip
-        keys, args = reserve_call(r, time.time())
-        reply = client.register_script(RESERVE)(keys=keys, args=args)
-        assert reply[0] == 1
+        keys, args = reserve_call([r], time.time())
+        script = client.register_script(RESERVE)
+        assert int(script(keys=keys, args=args).split()[0]) == 1
         assert int(client.get(keys[0])) == 10**15  # 1 million USD, exactly
+        # And in the reply, as %d: Lua's tostring would write 1e+15.
+        assert script(keys=keys, args=reserve_call([r], time.time())[1]).split()[1] == str(10**15)
     finally:
         client.close()
 
@@ -205,3 +220,126 @@ def test_a_redis_that_is_gone_is_unavailable_within_the_timeout() -> None:
             await store.close()
 
     assert asyncio.run(run()) < 1.0
+
+
+def _calls(client: object, command: str = "evalsha") -> int:
+    stats = client.info("commandstats")  # type: ignore[attr-defined]
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_the_reservations_of_one_turn_are_one_call_and_admitted_in_turn(
+    server: RedisServer,
+) -> None:
+    """300 requests at once against 250 a minute: exactly 250 admitted, each seeing the count
+    before it, in two RESERVE calls (a batch holds at most RESERVE_BATCH), not 300."""
+    client = server.client()
+    client.flushdb()
+    client.config_resetstat()
+    limits = Limits(requests_per_minute=250, tokens_per_minute=10**6, concurrency=1000)
+
+    async def run() -> list[tuple[bool, int, int]]:
+        store = RedisStore(server.url, 2.0)
+        try:
+            now = time.time()
+            rs = [
+                reserve(
+                    "b",
+                    limits,
+                    prompt_tokens=1,
+                    max_tokens=9,
+                    price=None,
+                    lease_id=f"l{i}",
+                    lease_seconds=30,
+                    now=now,
+                )
+                for i in range(300)
+            ]
+            decisions = await asyncio.gather(*[store.reserve(r, now) for r in rs])
+            return [(d.admitted, d.used[0], d.in_flight) for d in decisions]
+        finally:
+            await store.close()
+
+    seen = asyncio.run(run())
+    assert RESERVE_BATCH == 256 and _calls(client) == 2
+    assert [s for s in seen if s[0]] == [(True, i, i) for i in range(250)]
+    assert all(used == 250 and held == 250 for admitted, used, held in seen if not admitted)
+    assert len(seen) == 300
+    assert int(client.get(rs_key(limits, "b"))) == 250
+    assert client.zcard("lim:{b}:inflight") == 250
+    assert int(client.get(rs_key(limits, "b", 1))) == 250 * 10
+    client.close()
+
+
+def rs_key(limits: Limits, team: str, charge: int = 0) -> str:
+    r = reserve(team, limits, prompt_tokens=0, max_tokens=0, price=None, lease_id="k",
+                lease_seconds=1, now=time.time())  # fmt: skip
+    return r.charges[charge].key
+
+
+def test_a_batch_that_fails_fails_each_of_its_requests(server: RedisServer) -> None:
+    """A batch refused whole (WRONGTYPE), one whose server lost the script (NOSCRIPT), and
+    one whose requests were partly cancelled: each request gets its own answer."""
+    client = server.client()
+    client.flushdb()
+    limits = Limits(requests_per_minute=100, concurrency=100)
+
+    async def run() -> tuple[list[object], list[object], list[object]]:
+        store = RedisStore(server.url, 2.0)
+
+        def reserving(i: int) -> asyncio.Task[object]:
+            r = reserve("f", limits, prompt_tokens=0, max_tokens=0, price=None,
+                        lease_id=f"l{i}", lease_seconds=30, now=time.time())  # fmt: skip
+            return asyncio.ensure_future(store.reserve(r, time.time()))
+
+        try:
+            await reserving(0)  # connected, the script loaded
+            client.set("lim:{f}:inflight", "not a set")
+            wrong = await asyncio.gather(*[reserving(i) for i in range(3)], return_exceptions=True)
+            client.delete("lim:{f}:inflight")
+            client.script_flush()
+            lost = await asyncio.gather(*[reserving(i) for i in range(3, 6)])
+            tasks = [reserving(i) for i in range(6, 10)]
+            await asyncio.sleep(0)
+            tasks[1].cancel()
+            left = await asyncio.gather(*tasks, return_exceptions=True)
+            return wrong, [d.used[0] for d in lost], left  # type: ignore[attr-defined]
+        finally:
+            await store.close()
+
+    wrong, lost, left = asyncio.run(run())
+    assert all(isinstance(w, StoreUnavailable) and "WRONGTYPE" in str(w) for w in wrong)
+    assert len({id(w) for w in wrong}) == 3  # one exception each, not one shared
+    assert lost == [1, 2, 3]  # the failed batch took nothing; the reloaded one counted once
+    assert isinstance(left[1], asyncio.CancelledError)
+    # The cancelled request was admitted: nobody settles it, so the store gave its slot back.
+    assert client.zscore("lim:{f}:inflight", "l7") is None
+    assert client.zscore("lim:{f}:inflight", "l8") is not None
+    assert [d.used[0] for i, d in enumerate(left) if i != 1] == [4, 6, 7]  # type: ignore[union-attr]
+    client.close()
+
+
+def test_requests_waiting_on_a_redis_that_is_gone_all_fail_unsent() -> None:
+    async def run() -> list[BaseException | object]:
+        store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", 0.2)
+        try:
+            rs = [
+                reserve(
+                    "a",
+                    Limits(requests_per_minute=2),
+                    prompt_tokens=0,
+                    max_tokens=0,
+                    price=None,
+                    lease_id=f"l{i}",
+                    lease_seconds=1,
+                    now=time.time(),
+                )
+                for i in range(4)
+            ]
+            return await asyncio.gather(
+                *[store.reserve(r, time.time()) for r in rs], return_exceptions=True
+            )
+        finally:
+            await store.close()
+
+    failed = asyncio.run(run())
+    assert all(isinstance(f, StoreUnavailable) and not f.sent for f in failed), failed

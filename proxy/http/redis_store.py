@@ -1,0 +1,305 @@
+"""``RedisStore``: team limits and the ledger in Redis, shared by every replica (docs/limits.md).
+
+The scripts of ``proxy.core.limits_lua`` by EVALSHA, over one pipelined connection of our own
+(``proxy.http.resp``). A request's reservation waits for the turn of the loop to end, and goes
+out with the others of its team made in that turn, in one RESERVE call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Coroutine, Sequence
+from functools import partial
+
+from proxy.core.limits import Decision, Reservation, settle
+from proxy.core.limits_lua import (
+    OWN_ARGS,
+    RESERVE,
+    RESERVE_BATCH,
+    SETTLE,
+    reserve_batch,
+    reserve_decision,
+    reserve_own,
+    reserve_replies,
+    reserve_static,
+)
+from proxy.core.limits_store import Snapshot
+from proxy.core.usage import Usage
+from proxy.http.pipelined import Pipelined
+from proxy.http.resp import (
+    Arg,
+    Reply,
+    ReplyError,
+    RespConnection,
+    address,
+    pack,
+    pack_args,
+    pack_texts,
+)
+from proxy.http.stores import (
+    Connected,
+    Settle,
+    Shape,
+    StoreUnavailable,
+    same_shape,
+    shape,
+    tallied,
+    unavailable,
+)
+
+Waiters = list["asyncio.Future[list[int]]"]
+
+
+class _Batch:
+    """The reservations of one team's window made in one turn of the loop: one RESERVE call
+    (``limits_lua``), and the requests waiting for their part of its reply."""
+
+    __slots__ = ("args", "head", "reservations", "size", "waiters")
+
+    def __init__(self, head: bytes, size: int) -> None:
+        self.head = head  # EVALSHA, its KEYS and the window's ARGV, packed: ``size`` of them
+        self.size = size
+        self.args: list[str] = []  # each reservation's own ARGV, in turn
+        self.waiters: Waiters = []
+        self.reservations: list[Reservation] = []
+
+    def part(self, start: int, stop: int) -> _Batch:
+        part = _Batch(self.head, self.size)
+        part.args = self.args[start * OWN_ARGS : stop * OWN_ARGS]
+        part.waiters = self.waiters[start:stop]
+        part.reservations = self.reservations[start:stop]
+        return part
+
+    def command(self, now: float) -> bytes:
+        own = [*reserve_batch(now, len(self.waiters)), *self.args]
+        return b"*%d\r\n" % (self.size + len(own)) + self.head + pack_texts(own)
+
+
+class RedisStore(Connected[Reply]):
+    """Redis, over one pipelined connection (``proxy.http.resp``): the scripts by EVALSHA,
+    loaded again when a restarted server has lost them (NOSCRIPT). Nothing is retried
+    otherwise: the limiter's failure policy decides, within ``timeout``.
+
+    The reservations made in one turn of the loop go out together, one RESERVE call per team
+    that admits them in turn, as calls of their own would: written when the turn is over, as
+    one of their own would be, and one script for Redis to run, not one a request."""
+
+    kind = "redis"
+    name = "Redis"
+
+    def __init__(self, url: str, timeout: float) -> None:
+        super().__init__(timeout)
+        self._address = address(url)
+        self._sha = {
+            script: hashlib.sha1(script.encode()).hexdigest() for script in (RESERVE, SETTLE)
+        }
+        # Per team, RESERVE packed up to the batch's own ARGV, what it holds, and its length.
+        self._reserve: dict[str, tuple[Shape, bytes, int]] = {}
+        self._batches: dict[bytes, _Batch] = {}  # by their head: this turn's, not yet sent
+        self._later: set[asyncio.Task[None]] = set()
+
+    async def reserve(self, reservation: Reservation, now: float) -> Decision:
+        kept = self._reserve.get(reservation.team)
+        if kept is None or not same_shape(kept[0], reservation):
+            kept = self._reserve[reservation.team] = (
+                shape(reservation),
+                *self._reserve_head(reservation),
+            )
+        batches = self._batches
+        batch = batches.get(kept[1])
+        loop = asyncio.get_running_loop()
+        if batch is None:
+            if not batches:
+                loop.call_soon(self._send_reservations)
+            batch = batches[kept[1]] = _Batch(kept[1], kept[2])
+        waiter: asyncio.Future[list[int]] = loop.create_future()
+        batch.waiters.append(waiter)
+        batch.reservations.append(reservation)
+        batch.args += reserve_own(reservation)
+        return reserve_decision(reservation, await waiter, now)
+
+    def _reserve_head(self, reservation: Reservation) -> tuple[bytes, int]:
+        keys, static = reserve_static(reservation)
+        head: list[Arg] = ["EVALSHA", self._sha[RESERVE], len(keys), *keys, *static]
+        return pack_args(head), len(head)
+
+    def _send_reservations(self) -> None:
+        """This turn's reservations: a call per team, of at most ``RESERVE_BATCH``."""
+        batches, self._batches = self._batches, {}
+        now = time.time()
+        connection = self._connection
+        for whole in batches.values():
+            count = len(whole.waiters)
+            parts = [whole] if count <= RESERVE_BATCH else [
+                whole.part(start, start + RESERVE_BATCH) for start in range(0, count, RESERVE_BATCH)
+            ]  # fmt: skip
+            for batch in parts:
+                command = batch.command(now)
+                if connection is not None and not connection.closed:
+                    connection.send_then(command, 1, partial(self._reserved, command, batch))
+                else:
+                    self._resend_later(command, batch, None)
+
+    def _reserved(self, command: bytes, batch: _Batch, outcome: list[Reply] | Exception) -> None:
+        if isinstance(outcome, Exception):
+            self._drop()
+            _fail(batch.waiters, unavailable(self.name, outcome, sent=True))
+            return
+        (reply,) = outcome
+        if isinstance(reply, ReplyError):
+            self._resend_later(command, batch, reply)
+        else:
+            self._answer(batch, reply)
+
+    def _resend_later(self, command: bytes, batch: _Batch, error: ReplyError | None) -> None:
+        """A batch that needs a coroutine: to connect first, or to load the script again."""
+        self._later_task(self._resend(command, batch, error))
+
+    async def _resend(self, command: bytes, batch: _Batch, error: ReplyError | None) -> None:
+        try:
+            reply: Reply = error
+            if error is None:
+                (reply,) = await self._send(command, 1)
+            if isinstance(reply, ReplyError):
+                (reply,) = await self._reloaded(RESERVE, command, reply)
+        except StoreUnavailable as exc:
+            _fail(batch.waiters, exc)
+        except BaseException:
+            # Cancelled, the store closing: no request waits for ever.
+            _fail(batch.waiters, StoreUnavailable(f"{self.name}: closed", sent=True))
+            raise
+        else:
+            self._answer(batch, reply)
+
+    def _answer(self, batch: _Batch, reply: Reply) -> None:
+        """Each waiting request's part of RESERVE's reply, a string of integers (``limits_lua``).
+        One cancelled meanwhile (its client left) that was admitted gives back what it took:
+        nobody else will settle it."""
+        waiters = batch.waiters
+        try:
+            if type(reply) is not bytes:
+                raise ValueError(repr(reply))
+            replies = reserve_replies([*map(int, reply.split())], len(waiters))
+        except ValueError as exc:
+            _fail(waiters, StoreUnavailable(f"Redis answered RESERVE with {exc}", sent=True))
+            return
+        left = []
+        for waiter, values, reservation in zip(waiters, replies, batch.reservations, strict=True):
+            if not waiter.done():
+                waiter.set_result(values)
+            elif values[0]:
+                left.append(reservation)
+        if left:
+            now = time.time()
+            self._later_task(
+                self._give_back([(r.team, settle(r, Usage(), 0.0, now), None) for r in left])
+            )
+
+    async def _give_back(self, calls: list[Settle]) -> None:
+        # Not given back, its slot frees when its lease ends, its tokens when their window does.
+        with contextlib.suppress(StoreUnavailable):
+            await self.settle_many(calls)
+
+    async def close(self) -> None:
+        """What is under way gets the store's timeout to end; the turn's reservations not yet
+        sent, and what is still under way then, fail."""
+        if self._later:
+            await asyncio.wait(list(self._later), timeout=self.timeout)
+        for task in list(self._later):
+            task.cancel()
+        batches, self._batches = self._batches, {}
+        for batch in batches.values():
+            _fail(batch.waiters, StoreUnavailable(f"{self.name}: closed"))
+        await super().close()
+
+    def _later_task(self, coroutine: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._later.add(task)  # held until done: the loop keeps only weak references to tasks
+        task.add_done_callback(self._later.discard)
+
+    async def settle_many(self, calls: Sequence[Settle]) -> None:
+        await self._scripts(SETTLE, tallied(calls))
+
+    async def read(
+        self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
+    ) -> Snapshot:
+        commands: list[list[Arg]] = [["GET", key] for key in counters]
+        commands += [["ZCOUNT", key, f"({now!r}", "+inf"] for key in leases]
+        commands += [["HGETALL", key] for key in hashes]
+        replies = _checked(await self._call(commands))
+        values = replies[: len(counters)]
+        in_flight = replies[len(counters) : len(counters) + len(leases)]
+        found = replies[len(counters) + len(leases) :]
+        return Snapshot(
+            tuple(_integer(v) if v is not None else 0 for v in values),
+            tuple(_integer(v) for v in in_flight),
+            tuple(_pairs(h) for h in found),
+        )
+
+    async def _reloaded(self, script: str, command: bytes, error: ReplyError) -> list[Reply]:
+        """The replies to an EVALSHA that was answered ``error``: sent again once the script
+        is loaded, if the server had lost it (NOSCRIPT); else ``StoreUnavailable``."""
+        if error.kind != "NOSCRIPT":
+            # A script that failed midway is not undone: not sent again.
+            raise StoreUnavailable(f"Redis: {error}", sent=True)
+        _checked(await self._call([["SCRIPT", "LOAD", script]]))
+        return _checked(await self._send(command, 1))
+
+    async def _scripts(
+        self, script: str, calls: Sequence[tuple[list[str], list[str]]]
+    ) -> list[Reply]:
+        sha = self._sha[script]
+        commands: list[list[Arg]] = [["EVALSHA", sha, len(k), *k, *a] for k, a in calls]
+        replies = await self._call(commands)
+        again = [
+            i for i, r in enumerate(replies) if isinstance(r, ReplyError) and r.kind == "NOSCRIPT"
+        ]
+        if again:
+            # A server restarted empty: load the script, and send what it refused once more.
+            _checked(await self._call([["SCRIPT", "LOAD", script]]))
+            for i, reply in zip(again, await self._call([commands[i] for i in again]), strict=True):
+                replies[i] = reply
+        return _checked(replies)
+
+    async def _call(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
+        return await self._send(b"".join([pack(command) for command in commands]), len(commands))
+
+    async def _open(self) -> Pipelined[Reply]:
+        return await RespConnection.open(self._address, self.timeout)
+
+
+def _fail(waiters: Waiters, failure: StoreUnavailable) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            # One exception each: raised in several tasks, one would gather all their frames.
+            waiter.set_exception(StoreUnavailable(str(failure), sent=failure.sent))
+
+
+def _checked(replies: list[Reply]) -> list[Reply]:
+    for reply in replies:
+        if isinstance(reply, ReplyError):
+            # Answered: the other calls sent with it were applied, and a script that failed
+            # midway is not undone. Sent again, they would count twice.
+            raise StoreUnavailable(f"Redis: {reply}", sent=True)
+    return replies
+
+
+def _integer(reply: Reply) -> int:
+    if isinstance(reply, int):
+        return reply
+    if isinstance(reply, bytes):
+        return int(reply)
+    raise StoreUnavailable(f"Redis answered {reply!r} for a number")
+
+
+def _pairs(reply: Reply) -> dict[str, int]:
+    """HGETALL's flat list of field, value, field, value, ... as a dict."""
+    if not isinstance(reply, list):
+        return {}
+    return {
+        k.decode() if isinstance(k, bytes) else str(k): _integer(v)
+        for k, v in zip(reply[::2], reply[1::2], strict=True)
+    }
