@@ -372,15 +372,18 @@ def settle(
 # --- OpenAI's headers ----------------------------------------------------------------------
 
 
+# A second's thousandths as a duration spells them: "", ".001", ..., ".5", ..., ".999".
+_FRACTIONS: Final = ("", *(f".{ms:03d}".rstrip("0") for ms in range(1, 1000)))
+
+
 def duration(seconds: float) -> str:
     """A duration as OpenAI's x-ratelimit-reset-* spell it (Go's time.Duration): "1s", "6m0s",
     "1.5s", "20ms", "1h2m3s"; to the millisecond."""
     ms = max(0, round(seconds * 1000))
     if ms < 1000:
         return f"{ms}ms"
-    if ms < 60_000:  # a per-minute window's, every time
-        whole, fraction = divmod(ms, 1000)
-        return f"{whole}.{fraction:03d}".rstrip("0") + "s" if fraction else f"{whole}s"
+    if ms < 60_000:  # a per-minute window's, every time: on every answer, so from a table
+        return f"{ms // 1000}{_FRACTIONS[ms % 1000]}s"
     hours, rest = divmod(ms, 3_600_000)
     minutes, rest = divmod(rest, 60_000)
     whole, fraction = divmod(rest, 1000)
