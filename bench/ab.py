@@ -1,7 +1,7 @@
 """A/B: what a change bought, measured against its baseline in the same run (not a test).
 
     python bench/ab.py BASE [NEW] [--rounds 5] [--seconds 5] [--workers 2]
-                       [--profiles plain-64,plain-1,stream-16]
+                       [--profiles plain-64,plain-1,stream-16] [--limits memory|redis]
 
 BASE and NEW are git revisions of this repository (NEW defaults to the working tree as it is,
 uncommitted changes included); each is checked out in a temporary worktree and served by its
@@ -16,6 +16,10 @@ than a rate on a shared machine, it shows a change of a few per cent that a rate
 
 errors-64 (``--profiles errors-64``) is plain-64 against an upstream that refuses every request
 with a 403: what failed requests cost.
+
+``--limits``: both sides serve the bench team with every limit on (bench/limits.py's, too high
+to refuse anything), counted in the server (``memory``) or in a local redis-server (``redis``,
+Debian's package; a database for each side): what a change to the limits' hot path bought.
 
 slow-1000 (``--profiles slow-1000``, alone or with the others) opens 1,000 slow streams at once
 on each side in turn, as bench/run.py does; its figure is the time to first token at p99 (lower
@@ -87,6 +91,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=5, help="per profile, per round")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--profiles", default="plain-64,plain-1,stream-16")
+    parser.add_argument("--limits", choices=("memory", "redis"), help="the bench team's limits")
     args = parser.parse_args()
     known = load.PROFILES
     unknown = [name for name in args.profiles.split(",") if name not in known]
@@ -99,20 +104,33 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ab-") as tmp_name:
         tmp = Path(tmp_name)
         nginx, nginx_port = canned.start_upstream(tmp)
+        redis = None
         started: list[Gateway] = []
         try:
+            team_limits, redis_port = "", 0
+            if args.limits:
+                team_limits = gateways.TEAM_LIMITS
+            if args.limits == "redis":
+                redis, redis_port = gateways.start_redis(tmp)
             with (
                 checkout(args.base, tmp / "a") as source_a,
                 checkout(args.new, tmp / "b") as source_b,
             ):
-                for name, source in zip("AB", (source_a, source_b), strict=True):
-                    started.append(gateways.start_ours(nginx_port, args.workers, tmp, source, name))
+                for db, (name, source) in enumerate(zip("AB", (source_a, source_b), strict=True)):
+                    state = f"{{redis: 'redis://127.0.0.1:{redis_port}/{db}'}}" if redis else ""
+                    started.append(
+                        gateways.start_ours(
+                            nginx_port, args.workers, tmp, source, name, team_limits, state
+                        )
+                    )
                 results = run_rounds(started, profiles, args.rounds, args.seconds)
                 for gateway in started:
                     gateway.stop()
         finally:
             for gateway in started:
                 gateway.stop()
+            if redis is not None:
+                redis.stop()
             nginx.stop()
     report(args, profiles, results)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -18,6 +19,12 @@ from pathlib import Path
 from procs import Service, cmdline, descendants, free_port, wait_http
 
 KEY = "sk-bench"
+# The bench team's limits where a benchmark turns them on (bench/limits.py, bench/ab.py): every
+# one, far too high to refuse anything.
+TEAM_LIMITS = (
+    "{requests_per_minute: 1000000000, tokens_per_minute: 1000000000000, concurrency: 100000,"
+    " budget: {tokens: 1000000000000000, period: month}}"
+)
 # An upstream that refuses every request (bench/canned.py): what failed requests cost.
 ERROR = "error"
 KINDS = ("plain", "stream", "slow", ERROR)
@@ -131,6 +138,21 @@ def start_ours(
         service.pid,
         f"llm-proxy, {workers} workers, metrics and access log on",
     )
+
+
+def start_redis(tmp: Path) -> tuple[Service, int]:
+    """A redis-server (Debian's package) on loopback, without persistence, and its port."""
+    program = shutil.which("redis-server")
+    if program is None:
+        raise SystemExit("redis-server is not installed (Debian package redis-server)")
+    port = free_port()
+    argv = [program, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
+    service = Service("redis", argv, tmp / "redis.log")
+    for _ in range(100):
+        if "Ready to accept connections" in service.log.read_text(errors="replace"):
+            return service, port
+        time.sleep(0.05)
+    raise SystemExit(f"redis-server did not start: {service.log.read_text(errors='replace')}")
 
 
 def start_floor(nginx_port: int, workers: int, out: Path, *, lean: bool = False) -> Gateway:

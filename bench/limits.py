@@ -20,11 +20,9 @@ off's in the same round: latency added at plain-1 (ms), CPU per request at plain
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import canned
@@ -32,27 +30,8 @@ import gateways
 import load
 from ab import measure
 from gateways import Gateway
-from procs import Service, free_port
 
-LIMITS = (
-    "{requests_per_minute: 1000000000, tokens_per_minute: 1000000000000, concurrency: 100000,"
-    " budget: {tokens: 1000000000000000, period: month}}"
-)
 PROFILES = ("plain-1", "plain-64")
-
-
-def start_redis(tmp: Path) -> tuple[Service, int]:
-    program = shutil.which("redis-server")
-    if program is None:
-        raise SystemExit("redis-server is not installed (Debian package redis-server)")
-    port = free_port()
-    argv = [program, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
-    service = Service("redis", argv, tmp / "redis.log")
-    for _ in range(100):
-        if "Ready to accept connections" in service.log.read_text(errors="replace"):
-            return service, port
-        time.sleep(0.05)
-    raise SystemExit(f"redis-server did not start: {service.log.read_text(errors='replace')}")
 
 
 def main() -> int:
@@ -66,12 +45,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="limits-") as tmp_name:
         tmp = Path(tmp_name)
         nginx, nginx_port = canned.start_upstream(tmp)
-        redis, redis_port = start_redis(tmp)
+        redis, redis_port = gateways.start_redis(tmp)
         started: list[Gateway] = []
         try:
             state = f"{{redis: 'redis://127.0.0.1:{redis_port}/0'}}"
-            for name, limits, store in (("off", "", ""), ("memory", LIMITS, ""),
-                                        ("redis", LIMITS, state)):  # fmt: skip
+            for name, limits, store in (("off", "", ""), ("memory", gateways.TEAM_LIMITS, ""),
+                                        ("redis", gateways.TEAM_LIMITS, state)):  # fmt: skip
                 started.append(
                     gateways.start_ours(nginx_port, args.workers, tmp, None, name, limits, store)
                 )
