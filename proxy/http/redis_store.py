@@ -252,15 +252,21 @@ class RedisStore(Connected[Reply]):
         self, script: str, calls: Sequence[tuple[list[str], list[str]]]
     ) -> list[Reply]:
         sha = self._sha[script]
-        commands: list[list[Arg]] = [["EVALSHA", sha, len(k), *k, *a] for k, a in calls]
-        replies = await self._call(commands)
+        # Every KEYS and ARGV is a string: packed at one encoding a call (pack_texts).
+        commands = [
+            b"*%d\r\n" % (3 + len(k) + len(a)) + pack_args(["EVALSHA", sha, len(k)])
+            + pack_texts([*k, *a])
+            for k, a in calls
+        ]  # fmt: skip
+        replies = await self._send(b"".join(commands), len(commands))
         again = [
             i for i, r in enumerate(replies) if isinstance(r, ReplyError) and r.kind == "NOSCRIPT"
         ]
         if again:
             # A server restarted empty: load the script, and send what it refused once more.
             _checked(await self._call([["SCRIPT", "LOAD", script]]))
-            for i, reply in zip(again, await self._call([commands[i] for i in again]), strict=True):
+            resent = await self._send(b"".join([commands[i] for i in again]), len(again))
+            for i, reply in zip(again, resent, strict=True):
                 replies[i] = reply
         return _checked(replies)
 
