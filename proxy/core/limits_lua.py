@@ -1,8 +1,9 @@
 """The Redis scripts of ``proxy.core.limits``, and the KEYS and ARGV the Python side gives them.
 
 Each script is one atomic step on the server (Redis runs a script alone), and does exactly what
-``proxy.core.limits_store.MemoryStore`` does with the same KEYS and ARGV: ``RESERVE`` checks
-every counter and the lease set before it adds to any; ``SETTLE`` corrects counters (never below
+``proxy.core.limits_store.MemoryStore`` does with the same KEYS and ARGV: ``RESERVE`` takes
+one team's reservations of a moment in turn, each checking every counter and the lease set
+before it adds to any, as calls of their own would; ``SETTLE`` corrects counters (never below
 0), frees leases and adds to the usage ledger (``proxy.core.ledger``), for the requests of one
 team that ``proxy.core.tally`` gathered. Every key gets its TTL when it is written, so windows
 expire on their own. Redis Cluster: every key of one call has the team's hash tag

@@ -343,3 +343,42 @@ def test_requests_waiting_on_a_redis_that_is_gone_all_fail_unsent() -> None:
 
     failed = asyncio.run(run())
     assert all(isinstance(f, StoreUnavailable) and not f.sent for f in failed), failed
+
+
+def test_a_connection_lost_under_a_batch_fails_each_request_as_sent() -> None:
+    """A server that answers one reservation, then drops the connection under the next batch:
+    each request of the batch fails (sent: it may have been applied), and none hangs."""
+
+    async def run() -> tuple[bool, list[BaseException | object]]:
+        reads = 0
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal reads
+            while await reader.read(65536):
+                reads += 1
+                if reads > 1:
+                    break
+                writer.write(b"$5\r\n1 0 0\r\n")  # RESERVE's reply: admitted, seen 0, none held
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = RedisStore(f"redis://127.0.0.1:{port}/0", 1.0)
+
+        def ask(i: int) -> Reservation:
+            limits = Limits(requests_per_minute=5)
+            return reserve("a", limits, prompt_tokens=0, max_tokens=0, price=None,
+                           lease_id=f"l{i}", lease_seconds=1, now=time.time())  # fmt: skip
+
+        try:
+            first = await store.reserve(ask(0), time.time())
+            batch = [store.reserve(ask(i), time.time()) for i in range(1, 4)]
+            return first.admitted, await asyncio.gather(*batch, return_exceptions=True)
+        finally:
+            await store.close()
+            server.close()
+
+    admitted, failed = asyncio.run(asyncio.wait_for(run(), 5))
+    assert admitted
+    assert all(isinstance(f, StoreUnavailable) and f.sent for f in failed), failed
+    assert len({id(f) for f in failed}) == 3
