@@ -146,8 +146,7 @@ RESERVE_BATCH: Final = 256
 def reserve_call(reservations: Sequence[Reservation], now: float) -> tuple[list[str], list[str]]:
     """RESERVE's KEYS and ARGV for ``reservations`` (of one team's window, in order) at ``now``."""
     keys, static = reserve_static(reservations[0])
-    return keys, [*static, *reserve_batch(now, len(reservations)),
-                  *[arg for r in reservations for arg in reserve_own(r)]]  # fmt: skip
+    return keys, [*static, *reserve_tail(reservations, now)]
 
 
 def reserve_static(reservation: Reservation) -> tuple[list[str], list[str]]:
@@ -166,9 +165,13 @@ def reserve_static(reservation: Reservation) -> tuple[list[str], list[str]]:
     return keys, args
 
 
-def reserve_batch(now: float, count: int) -> list[str]:
-    """The batch's ARGV after the static ones: when it is sent, and how many it holds."""
-    return [repr(float(now)), str(count)]
+def reserve_tail(reservations: Sequence[Reservation], now: float) -> list[str]:
+    """The ARGV after the static ones: when the batch is sent, how many it holds, and each
+    reservation's own (``reserve_own``)."""
+    tail = [repr(float(now)), str(len(reservations))]
+    for reservation in reservations:
+        tail += reserve_own(reservation)
+    return tail
 
 
 # How many of RESERVE's ARGV are each reservation's own (``reserve_own``).

@@ -16,15 +16,13 @@ from functools import partial
 
 from proxy.core.limits import Decision, Reservation, settle
 from proxy.core.limits_lua import (
-    OWN_ARGS,
     RESERVE,
     RESERVE_BATCH,
     SETTLE,
-    reserve_batch,
     reserve_decision,
-    reserve_own,
     reserve_replies,
     reserve_static,
+    reserve_tail,
 )
 from proxy.core.limits_store import Snapshot
 from proxy.core.usage import Usage
@@ -57,25 +55,23 @@ class _Batch:
     """The reservations of one team's window made in one turn of the loop: one RESERVE call
     (``limits_lua``), and the requests waiting for their part of its reply."""
 
-    __slots__ = ("args", "head", "reservations", "size", "waiters")
+    __slots__ = ("head", "reservations", "size", "waiters")
 
     def __init__(self, head: bytes, size: int) -> None:
         self.head = head  # EVALSHA, its KEYS and the window's ARGV, packed: ``size`` of them
         self.size = size
-        self.args: list[str] = []  # each reservation's own ARGV, in turn
         self.waiters: Waiters = []
         self.reservations: list[Reservation] = []
 
     def part(self, start: int, stop: int) -> _Batch:
         part = _Batch(self.head, self.size)
-        part.args = self.args[start * OWN_ARGS : stop * OWN_ARGS]
         part.waiters = self.waiters[start:stop]
         part.reservations = self.reservations[start:stop]
         return part
 
     def command(self, now: float) -> bytes:
-        own = [*reserve_batch(now, len(self.waiters)), *self.args]
-        return b"*%d\r\n" % (self.size + len(own)) + self.head + pack_texts(own)
+        tail = reserve_tail(self.reservations, now)
+        return b"*%d\r\n" % (self.size + len(tail)) + self.head + pack_texts(tail)
 
 
 class RedisStore(Connected[Reply]):
@@ -118,7 +114,6 @@ class RedisStore(Connected[Reply]):
         waiter: asyncio.Future[list[int]] = loop.create_future()
         batch.waiters.append(waiter)
         batch.reservations.append(reservation)
-        batch.args += reserve_own(reservation)
         return reserve_decision(reservation, await waiter, now)
 
     def _reserve_head(self, reservation: Reservation) -> tuple[bytes, int]:

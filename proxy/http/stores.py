@@ -18,7 +18,7 @@ import orjson
 
 from proxy.core.ledger import Entry
 from proxy.core.limits import Charge, Decision, Reservation, Settlement
-from proxy.core.limits_lua import reserve_batch, reserve_decision, reserve_own, reserve_static
+from proxy.core.limits_lua import reserve_decision, reserve_static, reserve_tail
 from proxy.core.limits_store import MemoryStore, Snapshot
 from proxy.core.tally import Tally
 from proxy.http.pipelined import Incomplete, Pipelined
@@ -176,8 +176,8 @@ class WorkerStore(Connected[object]):
             # The message without its closing bracket: ["reserve",keys,shared args,
             head = orjson.dumps(["reserve", keys, static])[:-1] + b","
             kept = self._reserve[reservation.team] = (shape(reservation), head)
-        own = [*reserve_batch(now, 1), *reserve_own(reservation)]
-        (reply,) = await self._oks(kept[1] + orjson.dumps(own) + b"]\n", 1)
+        tail = reserve_tail([reservation], now)
+        (reply,) = await self._oks(kept[1] + orjson.dumps(tail) + b"]\n", 1)
         if not isinstance(reply, list) or not all(type(value) is int for value in reply):
             raise StoreUnavailable("the supervisor's store answered a reservation wrongly")
         return reserve_decision(reservation, reply, now)
