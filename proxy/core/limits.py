@@ -369,6 +369,18 @@ def settle(
     return Settlement(tuple(corrections), reservation.lease)
 
 
+def release(reservation: Reservation, now: float) -> Settlement:
+    """What a reservation that no request used gives back (``proxy.core.prefetch``):
+    everything it took, its request too, in the windows that have not ended; and its lease."""
+    amounts = reservation.amounts
+    corrections = tuple(
+        Correction(charge.key, -amounts[charge.unit], charge.expires)
+        for charge in reservation.charges
+        if now < charge.window.end and amounts[charge.unit]
+    )
+    return Settlement(corrections, reservation.lease)
+
+
 # --- OpenAI's headers ----------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Protocol
@@ -23,15 +24,18 @@ from proxy.core.errors import ServiceUnavailable
 from proxy.core.exchange import Exchange
 from proxy.core.ledger import Ledger, PeriodKind, ledger_key, report
 from proxy.core.limits import (
+    Decision,
     Reservation,
     Settlement,
     Windows,
     rate_limit_headers,
+    release,
     reserve,
     settle,
 )
 from proxy.core.limits_config import State
 from proxy.core.limits_view import probe, view
+from proxy.core.prefetch import IDLE_SECONDS, Pool
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
 from proxy.http.redis_store import RedisStore
@@ -90,20 +94,28 @@ class Limiter:
         self._local = store if isinstance(store, LocalStore) else None
         self.windows = Windows()
         self.ledger = Ledger(self.windows)
+        # Per team, the reservations made ahead (``proxy.core.prefetch``), with a shared store.
+        self._pools: dict[str, Pool] | None = {} if store.prefetch else None
+        self._filling: set[asyncio.Task[None]] = set()
+        self._rng = random.Random()
 
     def start(self, teams: Callable[[], Iterable[Team]]) -> None:
         if self._local is None:
             self._tasks.append(asyncio.create_task(self._send_settlements()))
+        if self._pools is not None:
+            self._tasks.append(asyncio.create_task(self._retire_idle()))
         self._tasks.append(asyncio.create_task(self._watch_gauges(teams)))
 
     async def close(self) -> None:
         """Send what is still queued (within the store's timeout), then close the store."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._filling]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        self._drain()
         if self._queue and self._usable():
             with contextlib.suppress(StoreUnavailable):
                 await self._send_batches()
@@ -139,12 +151,22 @@ class Limiter:
             now=now,
             windows=self.windows,
         )
+        pools = self._pools
+        pool = None
         if self._local is not None:
             # Nothing to wait for: no coroutine, on every request.
             decision = self._local.memory.reserve(reservation, now)
         elif not self._usable():
             self._unchecked()
             return None
+        elif (
+            pools is not None
+            and self.up
+            and (pool := pools.get(team.name)) is not None
+            and (ahead := pool.take(reservation, now)) is not None
+        ):
+            # Made ahead, counted in the store already: the request takes it, and its answer.
+            reservation, decision = ahead.reservation, ahead.decision
         else:
             try:
                 decision = await self.store.reserve(reservation, now)
@@ -152,8 +174,16 @@ class Limiter:
                 self._failed("reserve", exc)
                 self._unchecked()
                 return None
+            if pools is not None and decision.admitted:
+                if pool is None:
+                    pool = pools.setdefault(team.name, Pool())
+                elif pool.ready:
+                    self._release(pool.retire(now, reservation), now)
+                pool.saw(reservation, decision, now)
         if not self.up:
             self._answered()
+        elif pool is not None and not pool.filling:
+            self._fill(pool, now)
         headers = rate_limit_headers(reservation, decision, now)
         if headers:
             exchange.headers = headers
@@ -176,12 +206,59 @@ class Limiter:
         if self._local is not None:
             self._local.settle_now(*call)
             return
+        self._enqueue(call)
+
+    def _enqueue(self, call: Settle) -> None:
         if len(self._queue) >= QUEUE_MAX:
             self._queue.popleft()
             self.events.settlements_dropped(1)
         self._queue.append(call)
         if self._idle is not None:
             self._wake()
+
+    # --- reservations made ahead (proxy.core.prefetch) ----------------------------------------
+
+    def _fill(self, pool: Pool, now: float) -> None:
+        wanted = pool.wanted(self._lease_member, now)
+        if wanted:
+            task = asyncio.get_running_loop().create_task(self._made(pool, wanted, now))
+            self._filling.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._filling.discard)
+
+    async def _made(self, pool: Pool, wanted: list[Reservation], now: float) -> None:
+        answered: list[tuple[Reservation, Decision]] = []
+        try:
+            decisions = await self.store.reserve_many(wanted, now)
+            answered = list(zip(wanted, decisions, strict=True))
+        except StoreUnavailable as exc:
+            self._failed("reserve", exc)
+        finally:
+            pool.filled(answered, now)
+        if not self.up:
+            self._drain()  # the store failed meanwhile: what was made goes back
+
+    def _lease_member(self) -> str:
+        return self._rng.getrandbits(64).to_bytes(8).hex()
+
+    def _release(self, reservations: list[Reservation], now: float) -> None:
+        for reservation in reservations:
+            self._enqueue((reservation.team, release(reservation, now), None))
+
+    def _drain(self) -> None:
+        """Every reservation made ahead goes back (the store failed, or the worker stops):
+        while the store is down, requests are admitted as ``on_failure`` says."""
+        now = time.time()
+        for pool in (self._pools or {}).values():
+            self._release(pool.drain(), now)
+
+    async def _retire_idle(self) -> None:
+        pools = self._pools
+        while pools is not None:
+            await asyncio.sleep(IDLE_SECONDS / 4)
+            now = time.time()
+            for pool in pools.values():
+                if pool.ready:
+                    self._release(pool.retire(now), now)
 
     def _unchecked(self) -> None:
         """Admitted unchecked (on_failure open), or refused (closed)."""
@@ -201,6 +278,7 @@ class Limiter:
         self.events.state_failed(operation)
         if self.up:
             self.up = False
+            self._drain()
             log.warning(
                 "state store (%s) failed on %s: %s; requests are %s until it answers",
                 self.store.kind,

@@ -85,6 +85,7 @@ class RedisStore(Connected[Reply]):
 
     kind = "redis"
     name = "Redis"
+    prefetch = True
 
     def __init__(self, url: str, timeout: float) -> None:
         super().__init__(timeout)
@@ -98,6 +99,22 @@ class RedisStore(Connected[Reply]):
         self._later: set[asyncio.Task[None]] = set()
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
+        return reserve_decision(reservation, await self._waiter(reservation), now)
+
+    async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
+        waiters = [self._waiter(reservation) for reservation in reservations]
+        try:
+            return [
+                reserve_decision(reservation, await waiter, now)
+                for reservation, waiter in zip(reservations, waiters, strict=True)
+            ]
+        except BaseException:
+            for waiter in waiters:
+                waiter.cancel()  # an admitted one is given back (``_answer``)
+            raise
+
+    def _waiter(self, reservation: Reservation) -> asyncio.Future[list[int]]:
+        """The reservation, in this turn's batch of its team's: its part of the reply."""
         kept = self._reserve.get(reservation.team)
         if kept is None or not same_shape(kept[0], reservation):
             kept = self._reserve[reservation.team] = (
@@ -114,7 +131,7 @@ class RedisStore(Connected[Reply]):
         waiter: asyncio.Future[list[int]] = loop.create_future()
         batch.waiters.append(waiter)
         batch.reservations.append(reservation)
-        return reserve_decision(reservation, await waiter, now)
+        return waiter
 
     def _reserve_head(self, reservation: Reservation) -> tuple[bytes, int]:
         keys, static = reserve_static(reservation)

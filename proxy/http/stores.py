@@ -18,7 +18,7 @@ import orjson
 
 from proxy.core.ledger import Entry
 from proxy.core.limits import Charge, Decision, Reservation, Settlement
-from proxy.core.limits_lua import reserve_decision, reserve_static, reserve_tail
+from proxy.core.limits_lua import reserve_decision, reserve_replies, reserve_static, reserve_tail
 from proxy.core.limits_store import MemoryStore, Snapshot
 from proxy.core.tally import Tally
 from proxy.http.pipelined import Incomplete, Pipelined
@@ -45,8 +45,13 @@ class StoreUnavailable(Exception):
 
 class Store(Protocol):
     kind: str  # "memory", "workers" or "redis", for logs and /admin/limits
+    prefetch: bool  # a round trip away: worth reserving ahead (``proxy.core.prefetch``)
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision: ...
+
+    async def reserve_many(
+        self, reservations: Sequence[Reservation], now: float
+    ) -> list[Decision]: ...
 
     async def settle_many(self, calls: Sequence[Settle]) -> None: ...
 
@@ -61,6 +66,7 @@ class LocalStore:
     """``MemoryStore`` in this process: nothing to wait for, nothing that fails."""
 
     kind = "memory"
+    prefetch = False
 
     def __init__(self) -> None:
         self.memory = MemoryStore()
@@ -75,6 +81,9 @@ class LocalStore:
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
         return self.memory.reserve(reservation, now)
+
+    async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
+        return [self.memory.reserve(reservation, now) for reservation in reservations]
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
         for team, settlement, entry in calls:
@@ -162,6 +171,7 @@ class WorkerStore(Connected[object]):
 
     kind = "workers"
     name = "the supervisor's store"
+    prefetch = True
 
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__(timeout)
@@ -170,17 +180,32 @@ class WorkerStore(Connected[object]):
         self._reserve: dict[str, tuple[Shape, bytes]] = {}
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        kept = self._reserve.get(reservation.team)
-        if kept is None or not same_shape(kept[0], reservation):
-            keys, static = reserve_static(reservation)
+        (decision,) = await self.reserve_many((reservation,), now)
+        return decision
+
+    async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
+        """One message for reservations of one team's window, taken in turn (``limits_lua``)."""
+        first = reservations[0]
+        kept = self._reserve.get(first.team)
+        if kept is None or not same_shape(kept[0], first):
+            keys, static = reserve_static(first)
             # The message without its closing bracket: ["reserve",keys,shared args,
             head = orjson.dumps(["reserve", keys, static])[:-1] + b","
-            kept = self._reserve[reservation.team] = (shape(reservation), head)
-        tail = reserve_tail([reservation], now)
+            kept = self._reserve[first.team] = (shape(first), head)
+        tail = reserve_tail(reservations, now)
         (reply,) = await self._oks(kept[1] + orjson.dumps(tail) + b"]\n", 1)
-        if not isinstance(reply, list) or not all(type(value) is int for value in reply):
-            raise StoreUnavailable("the supervisor's store answered a reservation wrongly")
-        return reserve_decision(reservation, reply, now)
+        try:
+            if not isinstance(reply, list) or not all(type(value) is int for value in reply):
+                raise ValueError(repr(reply)[:100])
+            replies = reserve_replies(reply, len(reservations))
+        except ValueError as exc:
+            raise StoreUnavailable(
+                f"the supervisor's store answered a reservation wrongly: {exc}"
+            ) from None
+        return [
+            reserve_decision(reservation, values, now)
+            for reservation, values in zip(reservations, replies, strict=True)
+        ]
 
     async def settle_many(self, calls: Sequence[Settle]) -> None:
         messages = [["settle", keys, args] for keys, args in tallied(calls)]

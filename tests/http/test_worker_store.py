@@ -59,6 +59,24 @@ def test_reservations_settlements_and_reads_go_through_the_service(service: Stat
     asyncio.run(run())
 
 
+def test_reservations_made_together_are_one_message_admitted_in_turn(
+    service: StateService,
+) -> None:
+    # What a worker's reservations made ahead are (proxy.core.prefetch): one message, each
+    # seeing the counters as the one before it left them.
+    async def run() -> list[tuple[bool, tuple[int, ...], int]]:
+        store = WorkerStore(service.path, 0.5)
+        try:
+            decisions = await store.reserve_many(
+                [ask(lease=f"m{i}") for i in range(3)], time.time()
+            )
+            return [(d.admitted, d.used, d.in_flight) for d in decisions]
+        finally:
+            await store.close()
+
+    assert asyncio.run(run()) == [(True, (0, 0), 0), (True, (1, 100), 1), (False, (2, 200), 2)]
+
+
 def test_a_new_concurrency_limit_is_the_one_enforced(service: StateService) -> None:
     """A reloaded configuration's limits, though the team has no counter to change."""
 

@@ -33,6 +33,8 @@ STREAM_USAGE = 16 + 300  # openai.chat.stream.sse
 WHOLE_USAGE = 16 + 363  # openai.chat.json
 TEAMS: dict[str, dict[str, Any]] = {
     "rpm": {"requests_per_minute": 25},
+    # Far enough from its limit, at first, for the workers to reserve ahead (docs/limits.md).
+    "rpm-ahead": {"requests_per_minute": 300},
     "tpm": {"tokens_per_minute": 6000},
     "budget": {"budget": {"tokens": 5000, "period": "day"}},
     "restart": {"budget": {"tokens": 790, "period": "month"}},
@@ -163,6 +165,35 @@ def test_three_proxies_admit_exactly_the_requests_per_minute(
     codes = {answer["error"]["code"] for status, answer, _ in results if status == 429}
     assert codes == {"requests_per_minute"}
     assert limits_of(fleet[0], "rpm")["requests_per_minute"]["used"] == 25
+
+
+def test_reservations_made_ahead_never_pass_the_limit_and_leave_it_whole(
+    fleet: list[Served],
+) -> None:
+    """Waves of 100 requests at once on three proxies that reserve ahead while the team is far
+    from its 300 a minute: no wave passes the limit, and once the reservations a proxy made
+    ahead and did not use are released (within a second and a half), the next wave is
+    admitted up to the limit exactly, until a wave finds nothing left."""
+    left = 60 - time.time() % 60
+    if left < 40:
+        time.sleep(left + 0.1)
+    admitted = 0
+    ahead = []  # after each wave, what the proxies held ahead: counted, not yet used
+    for _ in range(8):
+        results = burst(fleet, "rpm-ahead", 100)
+        codes = {answer["error"]["code"] for status, answer, _ in results if status == 429}
+        assert codes <= {"requests_per_minute"}
+        wave = statuses(results).get(200, 0)
+        admitted += wave
+        used = limits_of(fleet[0], "rpm-ahead")["requests_per_minute"]["used"]
+        assert admitted <= used <= 300
+        ahead.append(used - admitted)
+        if not wave:
+            break
+        time.sleep(1.5)
+    assert admitted == 300 and not wave
+    assert max(ahead) > 0, ahead
+    assert limits_of(fleet[0], "rpm-ahead")["requests_per_minute"]["used"] == 300
 
 
 def test_tokens_per_minute_holds_with_50_concurrent_streams(

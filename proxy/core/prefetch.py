@@ -1,0 +1,175 @@
+"""``Pool``: the reservations a worker makes ahead for one team, to admit its next requests
+without waiting for the shared store (sans-IO; docs/limits.md, "Reservations made ahead").
+
+With Redis or the supervisor's store, a request waits one round trip to be admitted. While a
+team is far from every limit, the worker reserves a few requests' worth ahead in one call,
+each an ordinary reservation (``limits.Reservation``) the size of the largest request it saw
+lately. They are counted in the store before any is used, so no limit is ever passed. A
+request that fits one (the same windows; no more tokens, nano-USD or lease time) takes it and
+is admitted at once; it is settled as that reservation, with its real usage. One never used is
+released (``limits.release``): everything it took is given back, its request too.
+
+Only far from the limits: the pool is filled only while every limit has ``FACTOR`` times what
+the pool would hold left. Near a limit every request waits for the store's answer, so the
+reservations held ahead by other workers can make a request be refused early by at most
+1/``FACTOR`` of what remained when they were made; unused, they are released within
+``IDLE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Final, NamedTuple
+
+from proxy.core.limits import Decision, Lease, Reservation
+
+# A pool is filled only while every limit has this many times what it would hold left.
+FACTOR: Final = 16
+# The reservations a pool aims to hold: from FIRST, doubled when requests find it empty, halved
+# when some go unused; never more than MOST (one RESERVE call, ``limits_lua.RESERVE_BATCH``).
+FIRST: Final = 4
+MOST: Final = 64
+# A reservation made ahead and not used within this long is released.
+IDLE_SECONDS: Final = 1.0
+
+
+class Ahead(NamedTuple):
+    reservation: Reservation
+    decision: Decision  # the store's, as it admitted it: the counters it saw
+    made: float  # epoch seconds
+
+
+class Pool:
+    """One team's reservations made ahead, oldest first, and what the next ones should be."""
+
+    __slots__ = ("_nanos", "_seconds", "_seen", "_tokens", "filling", "ready", "size")
+
+    def __init__(self) -> None:
+        self.ready: collections.deque[Ahead] = collections.deque()
+        self.size = FIRST
+        self.filling = False  # a call that makes more is on its way
+        # The largest request since the last fill: its tokens, nano-USD and lease seconds.
+        self._tokens = self._nanos = 0
+        self._seconds = 0.0
+        # The latest answer of the store: a reservation and its decision (the counters then).
+        self._seen: tuple[Reservation, Decision] | None = None
+
+    def take(self, reservation: Reservation, now: float) -> Ahead | None:
+        """The oldest reservation made ahead, if ``reservation`` fits in it (then it is the
+        request's), else None; ``reservation`` counts toward the size of the next ones."""
+        self._note(reservation, now)
+        ready = self.ready
+        if not ready:
+            if self.filling and self.size < MOST:
+                self.size = min(MOST, 2 * self.size)  # asked faster than it fills
+            return None
+        ahead = ready[0]
+        if not fits(reservation, ahead.reservation):
+            return None
+        ready.popleft()
+        return ahead
+
+    def saw(self, reservation: Reservation, decision: Decision, now: float) -> None:
+        """The store's answer to a request's own reservation: how far the limits are."""
+        self._seen = (reservation, decision)
+        self._note(reservation, now)
+
+    def _note(self, reservation: Reservation, now: float) -> None:
+        _, tokens, nanos = reservation.amounts
+        lease = reservation.lease
+        if tokens > self._tokens:
+            self._tokens = tokens
+        if nanos > self._nanos:
+            self._nanos = nanos
+        if lease is not None and lease.deadline - now > self._seconds:
+            self._seconds = lease.deadline - now
+
+    def wanted(self, team_lease: Callable[[], str], now: float) -> list[Reservation]:
+        """The reservations to make ahead now, if any (then the pool is ``filling`` until
+        ``filled``): when it is down to half its size, as many as bring it back, or fewer, to
+        what every limit has ``FACTOR`` times left; none if that is under ``FIRST``, or the
+        store's last answer was a refusal or of a window that has ended.
+        ``team_lease``: a new lease's member."""
+        if self.filling or self._seen is None or len(self.ready) > self.size // 2:
+            return []
+        template, decision = self._seen
+        if not decision.admitted:
+            return []
+        tokens, nanos, lease_seconds = self._tokens, self._nanos, self._seconds
+        amounts = (1, tokens, nanos)
+        size = self.size
+        for charge, used in zip(template.charges, decision.used, strict=True):
+            if now >= charge.window.end:
+                return []
+            left = charge.limit - used - template.amounts[charge.unit]
+            size = min(size, left // (FACTOR * max(1, amounts[charge.unit])))
+        lease = template.lease
+        if lease is not None:
+            size = min(size, (lease.limit - decision.in_flight - 1) // FACTOR)
+        count = size - len(self.ready)
+        if size < FIRST or count <= 0:
+            return []
+        self.filling = True
+        self._tokens = self._nanos = 0
+        self._seconds = 0.0
+        made = []
+        for _ in range(count):
+            held = None
+            if lease is not None:
+                # Long enough for a request as long as the longest seen, taken at its idlest.
+                deadline = now + max(lease_seconds, 1.0) + IDLE_SECONDS
+                held = Lease(lease.key, team_lease(), lease.limit, deadline)
+            made.append(Reservation(template.team, tokens, None, template.charges, amounts, held))
+        return made
+
+    def filled(self, answered: list[tuple[Reservation, Decision]], now: float) -> None:
+        """What the store answered to ``wanted``'s reservations (none, if it failed): the
+        admitted join the pool; one refused took nothing."""
+        self.filling = False
+        for reservation, decision in answered:
+            if decision.admitted:
+                self.ready.append(Ahead(reservation, decision, now))
+        if answered:
+            self._seen = answered[-1]
+
+    def retire(self, now: float, reservation: Reservation | None = None) -> list[Reservation]:
+        """The reservations to release: those made more than ``IDLE_SECONDS`` ago, and with
+        ``reservation`` (a request of the team's now), those that could never fit one like it
+        again (its windows or its limits have changed). Unused ones halve the pool's size."""
+        ready = self.ready
+        gone = []
+        while ready and (
+            ready[0].made + IDLE_SECONDS <= now
+            or (reservation is not None and not same_plan(reservation, ready[0].reservation))
+        ):
+            gone.append(ready.popleft().reservation)
+        if gone:
+            self.size = max(FIRST, self.size // 2)
+        return gone
+
+    def drain(self) -> list[Reservation]:
+        """Every reservation held, to release (the store failed, or the worker stops)."""
+        gone = [ahead.reservation for ahead in self.ready]
+        self.ready.clear()
+        return gone
+
+
+def same_plan(reservation: Reservation, ahead: Reservation) -> bool:
+    """Both of the team's same windows and limits. The charges are one tuple for a whole
+    window (``limits.Windows.plan``); a team with none has the same empty one always, and its
+    concurrency limit tells a reloaded configuration apart."""
+    lease, held = reservation.lease, ahead.lease
+    if ahead.charges is not reservation.charges or (lease is None) != (held is None):
+        return False
+    return lease is None or held is None or lease.limit == held.limit
+
+
+def fits(reservation: Reservation, ahead: Reservation) -> bool:
+    """``ahead`` can stand for ``reservation``: of the same plan, and holding at least as
+    many tokens, nano-USD and lease time."""
+    mine, theirs = reservation.amounts, ahead.amounts
+    if mine[1] > theirs[1] or mine[2] > theirs[2] or not same_plan(reservation, ahead):
+        return False
+    lease, held = reservation.lease, ahead.lease
+    return lease is None or held is None or lease.deadline <= held.deadline

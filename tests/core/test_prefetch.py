@@ -1,0 +1,281 @@
+"""Reservations made ahead (``proxy.core.prefetch``), against the store's reference semantics
+(``MemoryStore``): workers' pools sharing one store never pass a limit, fill only far from the
+limits, and give back all they did not use."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.core.limits import (
+    Budget,
+    Decision,
+    Limits,
+    Reservation,
+    Windows,
+    release,
+    reserve,
+    settle,
+)
+from proxy.core.limits_store import MemoryStore
+from proxy.core.prefetch import FACTOR, FIRST, IDLE_SECONDS, MOST, Pool, fits
+from proxy.core.prices import Price
+from proxy.core.usage import Usage
+
+T0 = 1_750_000_020.0  # a minute's start
+PRICE = Price(input=1.0, cached_input=0.5, output=2.0)
+BIG = Limits(10**6, 10**9, 10**4, Budget("tokens", 10**12, "month"))
+_ids = itertools.count()
+
+
+def member() -> str:
+    return f"ahead-{next(_ids)}"
+
+
+def ask(
+    limits: Limits,
+    now: float = T0,
+    *,
+    tokens: int = 50,
+    lease_seconds: float = 30.0,
+    windows: Windows | None = None,
+    price: Price | None = None,
+) -> Reservation:
+    return reserve(
+        "t",
+        limits,
+        prompt_tokens=10,
+        max_tokens=tokens - 10,
+        price=price,
+        lease_id=member(),
+        lease_seconds=lease_seconds,
+        now=now,
+        windows=windows,
+    )
+
+
+def admitted(store: MemoryStore, pool: Pool, request: Reservation, now: float) -> Reservation:
+    """What a worker does: the pool's if it fits, else the store's (noted by the pool); then
+    whatever the pool wants made, made at once."""
+    ahead = pool.take(request, now)
+    if ahead is not None:
+        taken = ahead.reservation
+    else:
+        decision = store.reserve(request, now)
+        assert decision.admitted
+        pool.saw(request, decision, now)
+        taken = request
+    fill(store, pool, now)
+    return taken
+
+
+def fill(store: MemoryStore, pool: Pool, now: float) -> list[Reservation]:
+    wanted = pool.wanted(member, now)
+    if wanted:
+        pool.filled([(r, store.reserve(r, now)) for r in wanted], now)
+    return wanted
+
+
+def test_far_from_the_limits_requests_are_admitted_from_the_pool() -> None:
+    store, pool, windows = MemoryStore(), Pool(), Windows()
+    first = admitted(store, pool, ask(BIG, windows=windows), T0)
+    assert len(pool.ready) == FIRST  # made in one call, after the first answer
+    rpm = first.charges[0].key
+    assert store.value(rpm, T0) == 1 + FIRST
+    second = admitted(store, pool, ask(BIG, T0 + 0.01, windows=windows), T0 + 0.01)
+    assert second is not first and second.lease is not None
+    assert second.lease.member.startswith("ahead-")
+    assert store.value(rpm, T0) == 1 + FIRST  # no call: counted already
+    # Settled as the reservation made ahead, with the request's own usage.
+    store.settle(settle(second, Usage(10, 5, 15), None, T0 + 0.02), T0 + 0.02)
+    store.settle(settle(first, Usage(10, 5, 15), None, T0 + 0.02), T0 + 0.02)
+    for unused in pool.drain():
+        store.settle(release(unused, T0 + 0.03), T0 + 0.03)
+    tpm, budget = first.charges[1].key, first.charges[2].key
+    assert (store.value(rpm, T0), store.value(tpm, T0), store.value(budget, T0)) == (2, 30, 30)
+    assert store.in_flight(first.lease.key if first.lease else "", T0) == 0
+
+
+# Each limit at the edge: FACTOR (16) times a first pool (4) of the first request's amounts
+# (1 request, 50 tokens, a slot, 90 micro-USD) must be left once that request is counted.
+EDGES = {
+    "rpm": lambda extra: Limits(requests_per_minute=65 + extra),
+    "tpm": lambda extra: Limits(tokens_per_minute=3250 + extra * 50),
+    "concurrency": lambda extra: Limits(concurrency=65 + extra),
+    "budget-tokens": lambda extra: Limits(budget=Budget("tokens", 3250 + extra * 50, "day")),
+    # A request: 10 prompt tokens at 1 USD per million, 40 completion tokens at 2.
+    "budget-usd": lambda extra: Limits(budget=Budget("usd", (5850 + extra * 90) / 1e6, "month")),
+}
+
+
+@pytest.mark.parametrize("name", EDGES)
+@pytest.mark.parametrize("extra", [-1, 0])
+def test_nothing_is_made_ahead_near_a_limit(name: str, extra: int) -> None:
+    # Just short of the edge, every request is the store's to admit, so a limit holds exactly
+    # whatever the other workers hold; at the edge, a pool is made.
+    assert (FACTOR, FIRST) == (16, 4)
+    limits = EDGES[name](extra)
+    store, pool = MemoryStore(), Pool()
+    price = PRICE if name == "budget-usd" else None
+    admitted(store, pool, ask(limits, price=price), T0)
+    assert len(pool.ready) == (FIRST if extra == 0 else 0)
+    for i in range(1, 3):
+        admitted(store, pool, ask(limits, T0 + i, price=price), T0 + i)
+        if extra:
+            assert not pool.ready and not pool.filling
+
+
+def test_a_request_larger_than_those_made_ahead_waits_for_the_store() -> None:
+    store, pool, windows = MemoryStore(), Pool(), Windows()
+    admitted(store, pool, ask(BIG, windows=windows), T0)
+    assert pool.ready
+    large = ask(BIG, T0 + 0.1, tokens=500, windows=windows)
+    assert pool.take(large, T0 + 0.1) is None and len(pool.ready) == FIRST
+    longer = ask(BIG, T0 + 0.1, lease_seconds=300, windows=windows)
+    assert pool.take(longer, T0 + 0.1) is None
+    # The next ones are made the size of the largest seen since.
+    pool.ready.clear()
+    fill(store, pool, T0 + 0.2)
+    made = pool.ready[0].reservation
+    assert fits(large, made) and fits(longer, made)
+
+
+def test_a_new_window_or_new_limits_retire_the_pool() -> None:
+    store, pool, windows = MemoryStore(), Pool(), Windows()
+    admitted(store, pool, ask(BIG, lease_seconds=120, windows=windows), T0)
+    next_minute = ask(BIG, T0 + 60, windows=windows)
+    assert pool.take(next_minute, T0 + 60) is None
+    gone = pool.retire(T0 + 60, next_minute)
+    assert len(gone) == FIRST and not pool.ready
+    for unused in gone:
+        store.settle(release(unused, T0 + 60), T0 + 60)
+    # The ended minute keeps what it counted; the month's budget and the slots come back.
+    rpm, _, budget = (c.key for c in gone[0].charges)
+    assert store.value(rpm, T0 + 60) == 1 + FIRST and store.value(budget, T0 + 60) == 50
+    assert gone[0].lease is not None and store.in_flight(gone[0].lease.key, T0 + 60) == 1
+    # A reload's limits (new objects) with the same windows: retired too.
+    admitted(store, pool, ask(BIG, T0 + 61, windows=windows), T0 + 61)
+    reloaded = Limits(10**6, 10**9, 10**4 + 1, BIG.budget)
+    again = ask(reloaded, T0 + 61, windows=windows)
+    assert pool.take(again, T0 + 61) is None and len(pool.retire(T0 + 61, again)) == FIRST
+
+
+def test_concurrency_only_limits_changed_by_a_reload_retire_the_pool() -> None:
+    # No counter: every plan's charges are the same empty tuple; the lease's limit differs.
+    store, pool = MemoryStore(), Pool()
+    admitted(store, pool, ask(Limits(concurrency=10**4)), T0)
+    other = ask(Limits(concurrency=10**4 + 1), T0)
+    assert pool.ready and pool.take(other, T0) is None
+    assert len(pool.retire(T0, other)) == FIRST
+
+
+def test_the_pool_grows_when_asked_faster_than_it_fills_and_shrinks_when_idle() -> None:
+    store, pool, windows = MemoryStore(), Pool(), Windows()
+    admitted(store, pool, ask(BIG, windows=windows), T0)
+    pool.ready.clear()
+    pool.filling = True  # a fill on its way, and requests find the pool empty
+    sizes = []
+    for _ in range(6):
+        pool.take(ask(BIG, windows=windows), T0)
+        sizes.append(pool.size)
+    assert sizes == [2 * FIRST, 4 * FIRST, 8 * FIRST, MOST, MOST, MOST]
+    pool.filled([], T0)
+    made = fill(store, pool, T0)
+    assert len(made) == MOST
+    assert pool.retire(T0 + IDLE_SECONDS / 2) == []
+    assert len(pool.retire(T0 + IDLE_SECONDS)) == MOST and pool.size == MOST // 2
+
+
+def test_a_pool_the_store_refused_is_not_filled_again_until_it_admits() -> None:
+    store, pool = MemoryStore(), Pool()
+    admitted(store, pool, ask(BIG), T0)
+    pool.ready.clear()
+    request = ask(BIG)
+    refusal = Decision(False, (10**6, 0, 0), 0, "requests_per_minute", 40, "over")
+    pool.filled([(request, refusal)], T0)
+    assert not pool.ready and pool.wanted(member, T0) == []
+
+
+def test_release_gives_back_everything_in_the_windows_still_open() -> None:
+    limits = Limits(100, 10_000, 10, Budget("usd", 10.0, "month"))
+    taken = ask(limits, price=PRICE)
+    _, tokens, nanos = taken.amounts
+    settlement = release(taken, T0 + 1)
+    assert [c.delta for c in settlement.corrections] == [-1, -tokens, -nanos]
+    assert settlement.lease == taken.lease
+    later = release(taken, T0 + 60)  # the minute ended: only the month's budget
+    assert [c.key for c in later.corrections] == [taken.charges[2].key]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rpm=st.integers(1, 400),
+    tpm=st.integers(50, 40_000),
+    concurrency=st.integers(1, 200),
+    steps=st.lists(st.tuples(st.integers(0, 2), st.integers(10, 120), st.booleans()), max_size=300),
+)
+def test_workers_with_pools_never_pass_a_limit_and_give_all_back(
+    rpm: int, tpm: int, concurrency: int, steps: list[tuple[int, int, bool]]
+) -> None:
+    """Three workers, each with its pool, on one store: whatever the requests, every counter
+    stays within its limit, and once every request is settled and every pool released, the
+    counters hold exactly what the admitted requests spent."""
+    limits = Limits(rpm, tpm, concurrency)
+    store = MemoryStore()
+    pools = [Pool() for _ in range(3)]
+    windows = [Windows() for _ in range(3)]
+    in_flight: list[Reservation] = []
+    spent = requests = 0
+    now = T0
+    for worker, tokens, end_one in steps:
+        now += 0.001
+        pool = pools[worker]
+        request = ask(limits, now, tokens=tokens, windows=windows[worker])
+        ahead = pool.take(request, now)
+        if ahead is not None:
+            in_flight.append(ahead.reservation)
+            requests += 1
+        else:
+            decision = store.reserve(request, now)
+            if decision.admitted:
+                pool.saw(request, decision, now)
+                in_flight.append(request)
+                requests += 1
+        fill(store, pool, now)
+        charges = request.charges
+        assert store.value(charges[0].key, now) <= rpm
+        assert store.value(charges[1].key, now) <= tpm
+        assert request.lease is not None
+        assert store.in_flight(request.lease.key, now) <= concurrency
+        if end_one and in_flight:
+            done = in_flight.pop(0)
+            store.settle(settle(done, Usage(5, 5, 10), None, now), now)
+            spent += 10
+    for done in in_flight:
+        store.settle(settle(done, Usage(5, 5, 10), None, now), now)
+        spent += 10
+    for pool in pools:
+        for unused in pool.drain():
+            store.settle(release(unused, now), now)
+    key = ask(limits, now).charges
+    assert store.value(key[0].key, now) == requests
+    assert store.value(key[1].key, now) == spent
+
+
+def test_a_grown_pool_is_filled_only_to_what_the_limits_leave_room_for() -> None:
+    store, pool = MemoryStore(), Pool()
+    limits = Limits(requests_per_minute=FACTOR * 10 + 1)  # room for 10 once one is counted
+    pool.size = MOST
+    admitted(store, pool, ask(limits), T0)
+    assert len(pool.ready) == 10
+
+
+def test_nothing_is_made_ahead_for_a_window_that_has_ended() -> None:
+    store, pool = MemoryStore(), Pool()
+    request = ask(BIG)
+    pool.saw(request, store.reserve(request, T0), T0)
+    assert pool.wanted(member, T0 + 60) == []  # the store's last answer was of last minute's
+    assert len(pool.wanted(member, T0 + 59)) == FIRST
