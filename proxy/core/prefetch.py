@@ -10,10 +10,10 @@ is admitted at once; it is settled as that reservation, with its real usage. One
 released (``limits.release``): everything it took is given back, its request too.
 
 Only far from the limits: the pool is filled only while every limit has ``FACTOR`` times what
-the pool would hold left. Near a limit every request waits for the store's answer, so the
-reservations held ahead by other workers can make a request be refused early by at most
-1/``FACTOR`` of what remained when they were made; unused, they are released within
-``IDLE_SECONDS``.
+the pool would hold left. Near a limit every request waits for the store's answer, so each
+other worker's reservations held ahead can make a request be refused early by at most
+1/``FACTOR`` of what remained when it made them; unused, they are released once
+``IDLE_SECONDS`` old.
 """
 
 from __future__ import annotations
@@ -85,23 +85,24 @@ class Pool:
         if lease is not None and lease.deadline - now > self._seconds:
             self._seconds = lease.deadline - now
 
-    def wanted(self, team_lease: Callable[[], str], now: float) -> list[Reservation]:
+    def wanted(
+        self, request: Reservation, team_lease: Callable[[], str], now: float
+    ) -> list[Reservation]:
         """The reservations to make ahead now, if any (then the pool is ``filling`` until
         ``filled``): when it is down to half its size, as many as bring it back, or fewer, to
         what every limit has ``FACTOR`` times left; none if that is under ``FIRST``, or the
-        store's last answer was a refusal or of a window that has ended.
-        ``team_lease``: a new lease's member."""
+        store's last answer was a refusal, or not of ``request``'s plan (the request just
+        admitted: its windows and limits are the current ones). ``team_lease``: a new lease's
+        member."""
         if self.filling or self._seen is None or len(self.ready) > self.size // 2:
             return []
         template, decision = self._seen
-        if not decision.admitted:
+        if not decision.admitted or not same_plan(request, template):
             return []
         tokens, nanos, lease_seconds = self._tokens, self._nanos, self._seconds
         amounts = (1, tokens, nanos)
         size = self.size
         for charge, used in zip(template.charges, decision.used, strict=True):
-            if now >= charge.window.end:
-                return []
             left = charge.limit - used - template.amounts[charge.unit]
             size = min(size, left // (FACTOR * max(1, amounts[charge.unit])))
         lease = template.lease

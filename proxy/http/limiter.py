@@ -108,13 +108,17 @@ class Limiter:
 
     async def close(self) -> None:
         """Send what is still queued (within the store's timeout), then close the store."""
-        tasks = [*self._tasks, *self._filling]
-        for task in tasks:
+        for task in self._tasks:
             task.cancel()
-        for task in tasks:
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._filling:
+            # Reservations under way are awaited, to be given back, rather than lost.
+            await asyncio.wait(list(self._filling), timeout=self.state.timeout)
+            for task in list(self._filling):
+                task.cancel()
         self._drain()
         if self._queue and self._usable():
             with contextlib.suppress(StoreUnavailable):
@@ -174,16 +178,20 @@ class Limiter:
                 self._failed("reserve", exc)
                 self._unchecked()
                 return None
-            if pools is not None and decision.admitted:
-                if pool is None:
+            if pools is not None:
+                if pool is None and decision.admitted:
                     pool = pools.setdefault(team.name, Pool())
-                elif pool.ready:
-                    self._release(pool.retire(now, reservation), now)
-                pool.saw(reservation, decision, now)
+                if pool is not None:
+                    if not decision.admitted:
+                        # At a limit: what this worker holds ahead goes back to the others.
+                        self._release(pool.drain(), now)
+                    elif pool.ready:
+                        self._release(pool.retire(now, reservation), now)
+                    pool.saw(reservation, decision, now)
         if not self.up:
             self._answered()
         elif pool is not None and not pool.filling:
-            self._fill(pool, now)
+            self._fill(pool, reservation, now)
         headers = rate_limit_headers(reservation, decision, now)
         if headers:
             exchange.headers = headers
@@ -218,8 +226,8 @@ class Limiter:
 
     # --- reservations made ahead (proxy.core.prefetch) ----------------------------------------
 
-    def _fill(self, pool: Pool, now: float) -> None:
-        wanted = pool.wanted(self._lease_member, now)
+    def _fill(self, pool: Pool, request: Reservation, now: float) -> None:
+        wanted = pool.wanted(request, self._lease_member, now)
         if wanted:
             task = asyncio.get_running_loop().create_task(self._made(pool, wanted, now))
             self._filling.add(task)  # held until done: the loop keeps only weak references
@@ -232,6 +240,8 @@ class Limiter:
             answered = list(zip(wanted, decisions, strict=True))
         except StoreUnavailable as exc:
             self._failed("reserve", exc)
+        except Exception:
+            log.exception("reservations made ahead failed")
         finally:
             pool.filled(answered, now)
         if not self.up:

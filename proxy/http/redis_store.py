@@ -14,7 +14,7 @@ import time
 from collections.abc import Coroutine, Sequence
 from functools import partial
 
-from proxy.core.limits import Decision, Reservation, settle
+from proxy.core.limits import Decision, Reservation, release
 from proxy.core.limits_lua import (
     RESERVE,
     RESERVE_BATCH,
@@ -25,7 +25,6 @@ from proxy.core.limits_lua import (
     reserve_tail,
 )
 from proxy.core.limits_store import Snapshot
-from proxy.core.usage import Usage
 from proxy.http.pipelined import Pipelined
 from proxy.http.resp import (
     Arg,
@@ -104,14 +103,22 @@ class RedisStore(Connected[Reply]):
     async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
         waiters = [self._waiter(reservation) for reservation in reservations]
         try:
-            return [
-                reserve_decision(reservation, await waiter, now)
-                for reservation, waiter in zip(reservations, waiters, strict=True)
-            ]
+            replies = [await waiter for waiter in waiters]
         except BaseException:
-            for waiter in waiters:
-                waiter.cancel()  # an admitted one is given back (``_answer``)
+            # Failed or cancelled midway (a batch split in parts): what was admitted goes back,
+            # the answered here, the others when their answer comes (``_answer``).
+            answered = []
+            for reservation, waiter in zip(reservations, waiters, strict=True):
+                if not waiter.done():
+                    waiter.cancel()
+                elif not waiter.cancelled() and waiter.exception() is None and waiter.result()[0]:
+                    answered.append(reservation)
+            self._release_later(answered)
             raise
+        return [
+            reserve_decision(reservation, reply, now)
+            for reservation, reply in zip(reservations, replies, strict=True)
+        ]
 
     def _waiter(self, reservation: Reservation) -> asyncio.Future[list[int]]:
         """The reservation, in this turn's batch of its team's: its part of the reply."""
@@ -188,8 +195,8 @@ class RedisStore(Connected[Reply]):
 
     def _answer(self, batch: _Batch, reply: Reply) -> None:
         """Each waiting request's part of RESERVE's reply, a string of integers (``limits_lua``).
-        One cancelled meanwhile (its client left) that was admitted gives back what it took:
-        nobody else will settle it."""
+        One cancelled meanwhile (its client left) that was admitted gives back all it took,
+        its request too (``limits.release``): nobody else will settle it, and it spent nothing."""
         waiters = batch.waiters
         try:
             if type(reply) is not bytes:
@@ -204,10 +211,13 @@ class RedisStore(Connected[Reply]):
                 waiter.set_result(values)
             elif values[0]:
                 left.append(reservation)
-        if left:
+        self._release_later(left)
+
+    def _release_later(self, reservations: list[Reservation]) -> None:
+        if reservations:
             now = time.time()
             self._later_task(
-                self._give_back([(r.team, settle(r, Usage(), 0.0, now), None) for r in left])
+                self._give_back([(r.team, release(r, now), None) for r in reservations])
             )
 
     async def _give_back(self, calls: list[Settle]) -> None:

@@ -68,12 +68,12 @@ def admitted(store: MemoryStore, pool: Pool, request: Reservation, now: float) -
         assert decision.admitted
         pool.saw(request, decision, now)
         taken = request
-    fill(store, pool, now)
+    fill(store, pool, now, taken)
     return taken
 
 
-def fill(store: MemoryStore, pool: Pool, now: float) -> list[Reservation]:
-    wanted = pool.wanted(member, now)
+def fill(store: MemoryStore, pool: Pool, now: float, request: Reservation) -> list[Reservation]:
+    wanted = pool.wanted(request, member, now)
     if wanted:
         pool.filled([(r, store.reserve(r, now)) for r in wanted], now)
     return wanted
@@ -138,7 +138,7 @@ def test_a_request_larger_than_those_made_ahead_waits_for_the_store() -> None:
     assert pool.take(longer, T0 + 0.1) is None
     # The next ones are made the size of the largest seen since.
     pool.ready.clear()
-    fill(store, pool, T0 + 0.2)
+    fill(store, pool, T0 + 0.2, large)
     made = pool.ready[0].reservation
     assert fits(large, made) and fits(longer, made)
 
@@ -183,7 +183,7 @@ def test_the_pool_grows_when_asked_faster_than_it_fills_and_shrinks_when_idle() 
         sizes.append(pool.size)
     assert sizes == [2 * FIRST, 4 * FIRST, 8 * FIRST, MOST, MOST, MOST]
     pool.filled([], T0)
-    made = fill(store, pool, T0)
+    made = fill(store, pool, T0, ask(BIG, windows=windows))
     assert len(made) == MOST
     assert pool.retire(T0 + IDLE_SECONDS / 2) == []
     assert len(pool.retire(T0 + IDLE_SECONDS)) == MOST and pool.size == MOST // 2
@@ -196,7 +196,7 @@ def test_a_pool_the_store_refused_is_not_filled_again_until_it_admits() -> None:
     request = ask(BIG)
     refusal = Decision(False, (10**6, 0, 0), 0, "requests_per_minute", 40, "over")
     pool.filled([(request, refusal)], T0)
-    assert not pool.ready and pool.wanted(member, T0) == []
+    assert not pool.ready and pool.wanted(request, member, T0) == []
 
 
 def test_release_gives_back_everything_in_the_windows_still_open() -> None:
@@ -244,7 +244,7 @@ def test_workers_with_pools_never_pass_a_limit_and_give_all_back(
                 pool.saw(request, decision, now)
                 in_flight.append(request)
                 requests += 1
-        fill(store, pool, now)
+        fill(store, pool, now, request)
         charges = request.charges
         assert store.value(charges[0].key, now) <= rpm
         assert store.value(charges[1].key, now) <= tpm
@@ -273,9 +273,34 @@ def test_a_grown_pool_is_filled_only_to_what_the_limits_leave_room_for() -> None
     assert len(pool.ready) == 10
 
 
-def test_nothing_is_made_ahead_for_a_window_that_has_ended() -> None:
-    store, pool = MemoryStore(), Pool()
-    request = ask(BIG)
+def test_nothing_is_made_ahead_but_for_the_current_plan() -> None:
+    store, pool, windows = MemoryStore(), Pool(), Windows()
+    request = ask(BIG, windows=windows)
     pool.saw(request, store.reserve(request, T0), T0)
-    assert pool.wanted(member, T0 + 60) == []  # the store's last answer was of last minute's
-    assert len(pool.wanted(member, T0 + 59)) == FIRST
+    same = ask(BIG, T0 + 59, windows=windows)
+    # The store's last answer was of last minute's windows, or of limits since reloaded.
+    assert pool.wanted(ask(BIG, T0 + 60, windows=windows), member, T0 + 60) == []
+    assert pool.wanted(ask(Limits(10**6, 10**9), T0, windows=windows), member, T0) == []
+    assert len(pool.wanted(same, member, T0 + 59)) == FIRST
+
+
+def test_limits_reloaded_lower_are_never_passed_by_reservations_made_ahead() -> None:
+    """Far from the old limit, near the new one: the worker's next requests are refused, and
+    nothing is made ahead on the old limit's terms (it would pass the new one)."""
+    store, pool, windows = MemoryStore(), Pool(), Windows()
+    for i in range(8):
+        admitted(store, pool, ask(BIG, T0 + i / 100, windows=windows), T0 + i / 100)
+    lower = Limits(requests_per_minute=8, budget=BIG.budget)  # a reload, in the same minute
+    key = ask(lower, T0).charges[0].key
+    assert store.value(key, T0) > 8  # what was made ahead on the old terms, unused
+    for i in range(3):
+        now = T0 + 1 + i
+        request = ask(lower, now, windows=windows)
+        assert pool.take(request, now) is None
+        decision = store.reserve(request, now)
+        assert not decision.admitted
+        for unused in pool.drain():  # what the limiter does on a refusal
+            store.settle(release(unused, now), now)
+        pool.saw(request, decision, now)
+        assert fill(store, pool, now, request) == []
+        assert store.value(key, now) == 8

@@ -148,6 +148,36 @@ def test_reservations_made_ahead_and_not_used_are_released_within_a_second(
     assert idle == {"rpm": 1, "tpm": 42, "budget": 42, "inflight": 0}
 
 
+def test_a_worker_closing_with_reservations_under_way_gives_them_back(
+    server: RedisServer,
+) -> None:
+    """Closed while Redis is slow to answer a fill: the fill is awaited (within the store's
+    timeout), then what it made goes back with the rest."""
+    room_in_the_minute(10)
+
+    async def run() -> None:
+        limiter = Limiter(RedisStore(server.url, 2.0), State(), Seen())
+        limiter.start(lambda: [TEAM])
+        await one(limiter, 0)
+        await asyncio.sleep(0.1)
+        for i in range(1, FIRST // 2 + 2):  # down to half the pool: a fill is asked for
+            await one(limiter, i)
+        client = server.client()
+        client.client_pause(300)  # the fill, on its way, waits
+        client.close()
+        await asyncio.sleep(0)
+        await limiter.close()
+
+    asyncio.run(run())
+    spent = FIRST // 2 + 2
+    assert counters(server) == {
+        "rpm": spent,
+        "tpm": spent * 42,
+        "budget": spent * 42,
+        "inflight": 0,
+    }
+
+
 def test_a_redis_that_fails_takes_the_reservations_made_ahead_back(
     server: RedisServer,
 ) -> None:

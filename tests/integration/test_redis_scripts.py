@@ -311,8 +311,9 @@ def test_a_batch_that_fails_fails_each_of_its_requests(server: RedisServer) -> N
     assert len({id(w) for w in wrong}) == 3  # one exception each, not one shared
     assert lost == [1, 2, 3]  # the failed batch took nothing; the reloaded one counted once
     assert isinstance(left[1], asyncio.CancelledError)
-    # The cancelled request was admitted: nobody settles it, so the store gave its slot back.
+    # The cancelled request was admitted: nobody settles it, so the store gave it all back.
     assert client.zscore("lim:{f}:inflight", "l7") is None
+    assert int(client.get(rs_key(limits, "f"))) == 7  # 1, 3 and 4 admitted, less it
     assert client.zscore("lim:{f}:inflight", "l8") is not None
     assert [d.used[0] for i, d in enumerate(left) if i != 1] == [4, 6, 7]  # type: ignore[union-attr]
     client.close()
