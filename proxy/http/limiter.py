@@ -14,7 +14,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Protocol
@@ -24,20 +23,18 @@ from proxy.core.errors import ServiceUnavailable
 from proxy.core.exchange import Exchange
 from proxy.core.ledger import Ledger, PeriodKind, ledger_key, report
 from proxy.core.limits import (
-    Decision,
     Reservation,
     Settlement,
     Windows,
     rate_limit_headers,
-    release,
     reserve,
     settle,
 )
 from proxy.core.limits_config import State
 from proxy.core.limits_view import probe, view
-from proxy.core.prefetch import IDLE_SECONDS, Pool
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
+from proxy.http.prefetcher import Prefetcher
 from proxy.http.redis_store import RedisStore
 from proxy.http.stores import LocalStore, Settle, Store, StoreUnavailable, WorkerStore
 
@@ -94,16 +91,18 @@ class Limiter:
         self._local = store if isinstance(store, LocalStore) else None
         self.windows = Windows()
         self.ledger = Ledger(self.windows)
-        # Per team, the reservations made ahead (``proxy.core.prefetch``), with a shared store.
-        self._pools: dict[str, Pool] | None = {} if store.prefetch else None
-        self._filling: set[asyncio.Task[None]] = set()
-        self._rng = random.Random()
+        # With a shared store, the reservations made ahead (``proxy.core.prefetch``).
+        self._ahead = (
+            Prefetcher(store, self._enqueue, self._failed, lambda: self.up, state.timeout)
+            if store.prefetch
+            else None
+        )
 
     def start(self, teams: Callable[[], Iterable[Team]]) -> None:
         if self._local is None:
             self._tasks.append(asyncio.create_task(self._send_settlements()))
-        if self._pools is not None:
-            self._tasks.append(asyncio.create_task(self._retire_idle()))
+        if self._ahead is not None:
+            self._tasks.append(asyncio.create_task(self._ahead.retire_idle()))
         self._tasks.append(asyncio.create_task(self._watch_gauges(teams)))
 
     async def close(self) -> None:
@@ -114,12 +113,9 @@ class Limiter:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._filling:
+        if self._ahead is not None:
             # Reservations under way are awaited, to be given back, rather than lost.
-            await asyncio.wait(list(self._filling), timeout=self.state.timeout)
-            for task in list(self._filling):
-                task.cancel()
-        self._drain()
+            await self._ahead.close()
         if self._queue and self._usable():
             with contextlib.suppress(StoreUnavailable):
                 await self._send_batches()
@@ -155,22 +151,16 @@ class Limiter:
             now=now,
             windows=self.windows,
         )
-        pools = self._pools
-        pool = None
+        ahead = self._ahead
         if self._local is not None:
             # Nothing to wait for: no coroutine, on every request.
             decision = self._local.memory.reserve(reservation, now)
         elif not self._usable():
             self._unchecked()
             return None
-        elif (
-            pools is not None
-            and self.up
-            and (pool := pools.get(team.name)) is not None
-            and (ahead := pool.take(reservation, now)) is not None
-        ):
+        elif ahead is not None and self.up and (taken := ahead.take(reservation, now)) is not None:
             # Made ahead, counted in the store already: the request takes it, and its answer.
-            reservation, decision = ahead.reservation, ahead.decision
+            reservation, decision = taken.reservation, taken.decision
         else:
             try:
                 decision = await self.store.reserve(reservation, now)
@@ -178,20 +168,12 @@ class Limiter:
                 self._failed("reserve", exc)
                 self._unchecked()
                 return None
-            if pools is not None:
-                if pool is None and decision.admitted:
-                    pool = pools.setdefault(team.name, Pool())
-                if pool is not None:
-                    if not decision.admitted:
-                        # At a limit: what this worker holds ahead goes back to the others.
-                        self._release(pool.drain(), now)
-                    elif pool.ready:
-                        self._release(pool.retire(now, reservation), now)
-                    pool.saw(reservation, decision, now)
+            if ahead is not None:
+                ahead.answered(reservation, decision, now)
         if not self.up:
             self._answered()
-        elif pool is not None and not pool.filling:
-            self._fill(pool, reservation, now)
+        elif ahead is not None and decision.admitted:
+            ahead.fill(reservation, now)
         headers = rate_limit_headers(reservation, decision, now)
         if headers:
             exchange.headers = headers
@@ -224,52 +206,6 @@ class Limiter:
         if self._idle is not None:
             self._wake()
 
-    # --- reservations made ahead (proxy.core.prefetch) ----------------------------------------
-
-    def _fill(self, pool: Pool, request: Reservation, now: float) -> None:
-        wanted = pool.wanted(request, self._lease_member, now)
-        if wanted:
-            task = asyncio.get_running_loop().create_task(self._made(pool, wanted, now))
-            self._filling.add(task)  # held until done: the loop keeps only weak references
-            task.add_done_callback(self._filling.discard)
-
-    async def _made(self, pool: Pool, wanted: list[Reservation], now: float) -> None:
-        answered: list[tuple[Reservation, Decision]] = []
-        try:
-            decisions = await self.store.reserve_many(wanted, now)
-            answered = list(zip(wanted, decisions, strict=True))
-        except StoreUnavailable as exc:
-            self._failed("reserve", exc)
-        except Exception:
-            log.exception("reservations made ahead failed")
-        finally:
-            pool.filled(answered, now)
-        if not self.up:
-            self._drain()  # the store failed meanwhile: what was made goes back
-
-    def _lease_member(self) -> str:
-        return self._rng.getrandbits(64).to_bytes(8).hex()
-
-    def _release(self, reservations: list[Reservation], now: float) -> None:
-        for reservation in reservations:
-            self._enqueue((reservation.team, release(reservation, now), None))
-
-    def _drain(self) -> None:
-        """Every reservation made ahead goes back (the store failed, or the worker stops):
-        while the store is down, requests are admitted as ``on_failure`` says."""
-        now = time.time()
-        for pool in (self._pools or {}).values():
-            self._release(pool.drain(), now)
-
-    async def _retire_idle(self) -> None:
-        pools = self._pools
-        while pools is not None:
-            await asyncio.sleep(IDLE_SECONDS / 4)
-            now = time.time()
-            for pool in pools.values():
-                if pool.ready:
-                    self._release(pool.retire(now), now)
-
     def _unchecked(self) -> None:
         """Admitted unchecked (on_failure open), or refused (closed)."""
         if self.state.on_failure == "closed":
@@ -288,7 +224,8 @@ class Limiter:
         self.events.state_failed(operation)
         if self.up:
             self.up = False
-            self._drain()
+            if self._ahead is not None:
+                self._ahead.drain()
             log.warning(
                 "state store (%s) failed on %s: %s; requests are %s until it answers",
                 self.store.kind,
