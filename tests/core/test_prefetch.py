@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.limits import (
@@ -213,10 +213,15 @@ def test_release_gives_back_everything_in_the_windows_still_open() -> None:
 @settings(max_examples=150, deadline=None)
 @given(
     rpm=st.integers(1, 400),
-    tpm=st.integers(50, 40_000),
+    tpm=st.integers(50, 1_000_000),
     concurrency=st.integers(1, 200),
-    steps=st.lists(st.tuples(st.integers(0, 2), st.integers(10, 120), st.booleans()), max_size=300),
+    steps=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(10, 2000), st.booleans()), max_size=300
+    ),
 )
+# A request far larger than the pool's reservations, right after they were made: it must wait
+# for the store (which refuses it), not take one and be charged past the limit at its end.
+@example(rpm=400, tpm=1000, concurrency=200, steps=[(0, 10, False), (0, 2000, True)])
 def test_workers_with_pools_never_pass_a_limit_and_give_all_back(
     rpm: int, tpm: int, concurrency: int, steps: list[tuple[int, int, bool]]
 ) -> None:
@@ -227,40 +232,46 @@ def test_workers_with_pools_never_pass_a_limit_and_give_all_back(
     store = MemoryStore()
     pools = [Pool() for _ in range(3)]
     windows = [Windows() for _ in range(3)]
-    in_flight: list[Reservation] = []
+    # What was taken, and what the request spends: all it asked for, so a request admitted on
+    # a reservation smaller than itself would be charged past the limit when settled.
+    in_flight: list[tuple[Reservation, int]] = []
     spent = requests = 0
     now = T0
+    key = ask(limits, now).charges
+
+    def end(done: Reservation, tokens: int) -> None:
+        store.settle(settle(done, Usage(5, tokens - 5, tokens), None, now), now)
+        assert store.value(key[1].key, now) <= tpm
+
     for worker, tokens, end_one in steps:
         now += 0.001
         pool = pools[worker]
         request = ask(limits, now, tokens=tokens, windows=windows[worker])
         ahead = pool.take(request, now)
         if ahead is not None:
-            in_flight.append(ahead.reservation)
+            in_flight.append((ahead.reservation, tokens))
             requests += 1
         else:
             decision = store.reserve(request, now)
             if decision.admitted:
                 pool.saw(request, decision, now)
-                in_flight.append(request)
+                in_flight.append((request, tokens))
                 requests += 1
         fill(store, pool, now, request)
-        charges = request.charges
-        assert store.value(charges[0].key, now) <= rpm
-        assert store.value(charges[1].key, now) <= tpm
+        assert store.value(key[0].key, now) <= rpm
+        assert store.value(key[1].key, now) <= tpm
         assert request.lease is not None
         assert store.in_flight(request.lease.key, now) <= concurrency
         if end_one and in_flight:
-            done = in_flight.pop(0)
-            store.settle(settle(done, Usage(5, 5, 10), None, now), now)
-            spent += 10
-    for done in in_flight:
-        store.settle(settle(done, Usage(5, 5, 10), None, now), now)
-        spent += 10
+            done, used = in_flight.pop(0)
+            end(done, used)
+            spent += used
+    for done, used in in_flight:
+        end(done, used)
+        spent += used
     for pool in pools:
         for unused in pool.drain():
             store.settle(release(unused, now), now)
-    key = ask(limits, now).charges
     assert store.value(key[0].key, now) == requests
     assert store.value(key[1].key, now) == spent
 
