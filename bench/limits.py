@@ -11,10 +11,13 @@ of it, with the same configuration but for the bench team's limits:
             in the supervisor's store with several (``--workers 2``)
     redis   the same limits in a real redis-server (Debian's package) on loopback
 
-Each round runs plain-1 (p50 latency, one connection) and plain-64 (64 connections) on each,
-in an order that turns every round. Prints, per profile, each one's median figure and its CPU
-per request (the proxy's processes, from /proc), and the median over rounds of its ratio to
-off's in the same round: latency added at plain-1 (ms), CPU per request at plain-64 (x).
+Each round starts the three afresh, then runs plain-1 (p50 latency, one connection) and
+plain-64 (64 connections) on each, in an order that turns every round. Fresh processes, as
+pyperf spawns them: two processes of one configuration differ by up to 7 % of CPU per request
+for as long as they live (memory layout, hash seeds), a bias that kept processes would carry
+into every round's ratio. Prints, per profile, each one's median figure and its CPU per request
+(the proxy's processes, from /proc), and the median over rounds of its ratio to off's in the
+same round: latency added at plain-1 (ms), CPU per request at plain-64 (x).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import canned
@@ -32,6 +36,7 @@ from ab import measure
 from gateways import Gateway
 
 PROFILES = ("plain-1", "plain-64")
+WARM_UP_SECONDS = 2
 
 
 def main() -> int:
@@ -41,42 +46,61 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
     profiles = [load.PROFILES[name] for name in PROFILES]
-    results: dict[str, dict[str, list[tuple[float, float] | None]]] = {}
     with tempfile.TemporaryDirectory(prefix="limits-") as tmp_name:
         tmp = Path(tmp_name)
         nginx, nginx_port = canned.start_upstream(tmp)
         redis, redis_port = gateways.start_redis(tmp)
-        started: list[Gateway] = []
+        state = f"{{redis: 'redis://127.0.0.1:{redis_port}/0'}}"
+        sides = (("off", "", ""), ("memory", gateways.TEAM_LIMITS, ""),
+                 ("redis", gateways.TEAM_LIMITS, state))  # fmt: skip
+        results: dict[str, dict[str, list[tuple[float, float] | None]]] = {
+            name: {p.name: [] for p in profiles} for name, _, _ in sides
+        }
         try:
-            state = f"{{redis: 'redis://127.0.0.1:{redis_port}/0'}}"
-            for name, limits, store in (("off", "", ""), ("memory", gateways.TEAM_LIMITS, ""),
-                                        ("redis", gateways.TEAM_LIMITS, state)):  # fmt: skip
-                started.append(
-                    gateways.start_ours(nginx_port, args.workers, tmp, None, name, limits, store)
-                )
-            for gateway in started:
-                problem = load.check_request(gateway, "plain")
-                if problem is not None:
-                    raise SystemExit(f"{gateway.name} answers wrongly: {problem}")
-                for profile in profiles:
-                    load.run_wrk(gateway, profile, 2)  # warm-up, not counted
-            results = {g.name: {p.name: [] for p in profiles} for g in started}
             for number in range(args.rounds):
-                turn = number % len(started)
-                order = started[turn:] + started[:turn]
-                for profile in profiles:
-                    for gateway in order:
-                        results[gateway.name][profile.name].append(
-                            measure(gateway, profile, args.seconds)
-                        )
+                turn = number % len(sides)
+                order = sides[turn:] + sides[:turn]
+                started = start_all(nginx_port, args.workers, tmp, order, profiles)
+                try:
+                    for profile in profiles:
+                        for gateway in started:
+                            results[gateway.name][profile.name].append(
+                                measure(gateway, profile, args.seconds)
+                            )
+                finally:
+                    for gateway in started:
+                        gateway.stop()
                 print(f"round {number + 1}/{args.rounds} done", flush=True)
         finally:
-            for gateway in started:
-                gateway.stop()
             redis.stop()
             nginx.stop()
     report(args, results)
     return 0
+
+
+def start_all(
+    nginx_port: int,
+    workers: int,
+    tmp: Path,
+    sides: Sequence[tuple[str, str, str]],
+    profiles: list[load.Profile],
+) -> list[Gateway]:
+    """The sides' gateways, started, checked and warmed up (not counted)."""
+    started: list[Gateway] = []
+    try:
+        for name, limits, store in sides:
+            gateway = gateways.start_ours(nginx_port, workers, tmp, None, name, limits, store)
+            started.append(gateway)
+            problem = load.check_request(gateway, "plain")
+            if problem is not None:
+                raise SystemExit(f"{gateway.name} answers wrongly: {problem}")
+            for profile in profiles:
+                load.run_wrk(gateway, profile, WARM_UP_SECONDS)
+    except BaseException:
+        for gateway in started:
+            gateway.stop()
+        raise
+    return started
 
 
 def report(
