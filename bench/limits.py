@@ -17,7 +17,8 @@ pyperf spawns them: two processes of one configuration differ by up to 7 % of CP
 for as long as they live (memory layout, hash seeds), a bias that kept processes would carry
 into every round's ratio. Prints, per profile, each one's median figure and its CPU per request
 (the proxy's processes, from /proc), and the median over rounds of its ratio to off's in the
-same round: latency added at plain-1 (ms), CPU per request at plain-64 (x).
+same round: latency added at plain-1 (ms), CPU per request at plain-64 (x), with the
+quartiles of the rounds' CPU ratios in brackets.
 """
 
 from __future__ import annotations
@@ -118,7 +119,10 @@ def report(
                 continue
             value = statistics.median(r[0] for _, r in pairs)
             cpu = statistics.median(r[1] for _, r in pairs)
-            cpu_ratio = statistics.median(r[1] / b[1] for b, r in pairs)
+            ratios = sorted(r[1] / b[1] for b, r in pairs)
+            cpu_ratio = statistics.median(ratios)
+            # The middle half of the rounds' ratios: how far one round's figure can be trusted.
+            low, high = (ratios[0], ratios[-1]) if len(ratios) < 4 else quartiles(ratios)
             if profile == "plain-1":
                 added = statistics.median(r[0] - b[0] for b, r in pairs)
                 extra = f"added p50 {added:+.3f} ms"
@@ -127,7 +131,12 @@ def report(
                 extra = f"rate {statistics.median(r[0] / b[0] for b, r in pairs):5.3f}x"
                 figure = f"{value:9.0f} /s"
             print(f"  {profile:9} {name:7} {figure}  CPU {cpu:6.1f} us  CPU {cpu_ratio:5.3f}x"
-                  f"  {extra}")  # fmt: skip
+                  f" ({low:5.3f}-{high:5.3f})  {extra}")  # fmt: skip
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    first, _, third = statistics.quantiles(values, n=4)
+    return first, third
 
 
 if __name__ == "__main__":

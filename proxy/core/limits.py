@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal, NamedTuple
 
@@ -51,11 +51,13 @@ class Limits:
     tokens_per_minute: int | None = None
     concurrency: int | None = None
     budget: Budget | None = None
+    # Any limit at all: a request of the team is admitted by the store. Asked on every
+    # request, so set once rather than compared with NO_LIMITS field by field each time.
+    checked: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def checked(self) -> bool:
-        """Any limit at all: a request of the team is admitted by the store."""
-        return self != NO_LIMITS
+    def __post_init__(self) -> None:
+        limits = (self.requests_per_minute, self.tokens_per_minute, self.concurrency, self.budget)
+        object.__setattr__(self, "checked", any(limit is not None for limit in limits))
 
 
 NO_LIMITS: Final = Limits()
@@ -139,6 +141,16 @@ class Charge(NamedTuple):
     limit_text: str
 
 
+class Shown(NamedTuple):
+    """A team's x-ratelimit headers in the current minute, made once per window: the limits'
+    (``fixed``, copied for every answer), then what each answer fills in."""
+
+    fixed: dict[str, str]
+    remaining: tuple[tuple[int, int, int, str], ...]  # charge index, unit, limit, header name
+    resets: tuple[str, ...]
+    end: float  # the minute's end
+
+
 class Plan(NamedTuple):
     """A team's charges in the current windows (``Windows.plan``)."""
 
@@ -147,6 +159,7 @@ class Plan(NamedTuple):
     end: float
     charges: tuple[Charge, ...]
     lease_key: str
+    shown: Shown | None  # None: no per-minute limit, no headers
 
 
 class Lease(NamedTuple):
@@ -168,6 +181,7 @@ class Reservation(NamedTuple):
     charges: tuple[Charge, ...]
     amounts: tuple[int, int, int]
     lease: Lease | None = None
+    shown: Shown | None = None  # its team's headers (``rate_limit_headers``)
 
     def amount(self, charge: Charge) -> int:
         return self.amounts[charge.unit]
@@ -228,7 +242,7 @@ def reserve(
     # An unpriced model reserves nothing of a USD budget; the configuration refuses a USD
     # budget on a team that can reach one (proxy.core.limits_config).
     amounts = (1, tokens, nanos(usd) if usd else 0)
-    return Reservation(team, tokens, usd, plan.charges, amounts, lease)
+    return Reservation(team, tokens, usd, plan.charges, amounts, lease, plan.shown)
 
 
 def _plan(team: str, limits: Limits, now: float, windows: Windows) -> Plan:
@@ -248,7 +262,22 @@ def _plan(team: str, limits: Limits, now: float, windows: Windows) -> Plan:
                                windows(budget.period, now)))  # fmt: skip
     start = max((c.window.start for c in charges), default=-math.inf)
     end = min((c.window.end for c in charges), default=math.inf)
-    return Plan(limits, start, end, tuple(charges), key_prefix(team, "inflight"))
+    return Plan(limits, start, end, tuple(charges), key_prefix(team, "inflight"), _shown(charges))
+
+
+def _shown(charges: list[Charge]) -> Shown | None:
+    fixed: dict[str, str] = {}
+    remaining = []
+    resets = []
+    end = 0.0
+    for index, charge in enumerate(charges):
+        if charge.headers is not None:
+            limit, left, reset = charge.headers
+            fixed[limit] = charge.limit_text
+            remaining.append((index, charge.unit, charge.limit, left))
+            resets.append(reset)
+            end = charge.window.end  # every per-minute charge's is the same minute
+    return Shown(fixed, tuple(remaining), tuple(resets), end) if fixed else None
 
 
 def _charge(
@@ -423,18 +452,16 @@ _HEADER_NAMES: Final[Mapping[Code, tuple[str, str, str]]] = {
 def rate_limit_headers(reservation: Reservation, decision: Decision, now: float) -> dict[str, str]:
     """x-ratelimit-{limit,remaining,reset}-{requests,tokens} for the team's per-minute limits,
     as of the decision (an admitted request counted in full)."""
-    headers: dict[str, str] = {}
-    reset = ""  # both are of the same minute
-    amounts = reservation.amounts
-    for charge, value in zip(reservation.charges, decision.used, strict=True):
-        names = charge.headers
-        if names is None:
-            continue
-        taken = value + amounts[charge.unit] if decision.admitted else value
-        if not reset:
-            reset = duration(charge.window.end - now)
-        limit, remaining, reset_name = names
-        headers[limit] = charge.limit_text
-        headers[remaining] = str(charge.limit - taken if taken < charge.limit else 0)
-        headers[reset_name] = reset
+    shown = reservation.shown
+    if shown is None:
+        return {}
+    # On every answer: the plan's names and limits, copied, rather than a walk of the charges.
+    headers = shown.fixed.copy()
+    used, amounts, admitted = decision.used, reservation.amounts, decision.admitted
+    for index, unit, limit, name in shown.remaining:
+        taken = used[index] + amounts[unit] if admitted else used[index]
+        headers[name] = str(limit - taken) if taken < limit else "0"
+    reset = duration(shown.end - now)
+    for name in shown.resets:
+        headers[name] = reset
     return headers

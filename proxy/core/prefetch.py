@@ -121,7 +121,11 @@ class Pool:
                 # Long enough for a request as long as the longest seen, taken at its idlest.
                 deadline = now + max(lease_seconds, 1.0) + IDLE_SECONDS
                 held = Lease(lease.key, team_lease(), lease.limit, deadline)
-            made.append(Reservation(template.team, tokens, None, template.charges, amounts, held))
+            made.append(
+                Reservation(
+                    template.team, tokens, None, template.charges, amounts, held, template.shown
+                )
+            )
         return made
 
     def filled(self, answered: list[tuple[Reservation, Decision]], now: float) -> None:

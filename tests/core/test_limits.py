@@ -13,6 +13,7 @@ from proxy.core.limits import (
     Budget,
     Limits,
     Reservation,
+    Windows,
     admit,
     duration,
     expires,
@@ -318,6 +319,35 @@ def test_rate_limit_headers() -> None:
     headers = rate_limit_headers(ask(Limits(requests_per_minute=2)), refused, T0 + 0.5)
     assert headers["x-ratelimit-remaining-requests"] == "0"
     assert headers["x-ratelimit-reset-requests"] == "59.5s"
+
+
+def test_rate_limit_headers_only_for_the_per_minute_limits_a_team_has() -> None:
+    store = MemoryStore()
+    tokens_only = ask(Limits(tokens_per_minute=100, concurrency=2), T0 + 30)
+    decision = store.reserve(tokens_only, T0 + 30)
+    assert rate_limit_headers(tokens_only, decision, T0 + 30.25) == {
+        "x-ratelimit-limit-tokens": "100",
+        "x-ratelimit-remaining-tokens": "50",
+        "x-ratelimit-reset-tokens": "29.75s",
+    }
+    # A budget and slots are not per-minute limits: OpenAI's headers have none for them.
+    others = ask(Limits(concurrency=2, budget=Budget("tokens", 10**6, "day")))
+    assert rate_limit_headers(others, store.reserve(others, T0), T0) == {}
+    # The headers' template is shared by a window's answers: filling one leaves it alone.
+    limits = Limits(tokens_per_minute=100, concurrency=2)
+    windows = Windows()
+    first, second = (reserve("u", limits, prompt_tokens=10, max_tokens=40, price=None,
+                             lease_id=lease, lease_seconds=600, now=T0, windows=windows)
+                     for lease in "ab")  # fmt: skip
+    assert first.shown is second.shown and first.shown is not None
+    rate_limit_headers(first, store.reserve(first, T0), T0)
+    assert (
+        rate_limit_headers(second, store.reserve(second, T0), T0)["x-ratelimit-remaining-tokens"]
+        == "0"
+    )
+    assert first.shown.fixed == {"x-ratelimit-limit-tokens": "100"}
+    assert tokens_only.shown is not None
+    assert tokens_only.shown.fixed == {"x-ratelimit-limit-tokens": "100"}
 
 
 # --- the Lua scripts' KEYS and ARGV ---------------------------------------------------------
