@@ -28,8 +28,10 @@ from proxy.core.limits import Decision, Lease, Reservation
 FACTOR: Final = 16
 # The reservations a pool aims to hold: from FIRST, doubled when requests find it empty, halved
 # when some go unused; never more than MOST (one RESERVE call, ``limits_lua.RESERVE_BATCH``).
+# A fill is a round trip to a store that every worker's calls share, in which a busy worker
+# admits more requests than a smaller pool's half holds: each of them would wait for the store.
 FIRST: Final = 4
-MOST: Final = 64
+MOST: Final = 256
 # A reservation made ahead and not used within this long is released.
 IDLE_SECONDS: Final = 1.0
 
