@@ -190,8 +190,28 @@ class Reservation(NamedTuple):
 def prompt_estimate(prompt: object) -> int:
     """The tokens a prompt (messages, a prompt, embeddings' input) is reserved for: its text at
     about four characters a token (``usage.estimate_tokens``), each token id as one."""
-    chars, tokens = _measure(prompt)
+    if type(prompt) is not list:
+        chars, tokens = _measure(prompt)
+        return tokens + estimate_tokens(chars)
+    # On every request: a chat's messages walked here, only nested parts in _measure.
+    chars = tokens = 0
+    for part in prompt:
+        if type(part) is dict:
+            for key in _TEXT_KEYS:
+                value = part.get(key)
+                if type(value) is str:
+                    chars += len(value)
+                elif value is not None:
+                    c, t = _measure(value)
+                    chars, tokens = chars + c, tokens + t
+        else:
+            c, t = _measure(part)
+            chars, tokens = chars + c, tokens + t
     return tokens + estimate_tokens(chars)
+
+
+# The keys of a message or part whose values are counted, the others (roles, images) not.
+_TEXT_KEYS: Final = ("content", "text", "prompt")
 
 
 def _measure(value: object) -> tuple[int, int]:
@@ -203,7 +223,7 @@ def _measure(value: object) -> tuple[int, int]:
     if isinstance(value, list):
         parts: list[object] = value
     elif isinstance(value, dict):
-        parts = [value[key] for key in ("content", "text", "prompt") if key in value]
+        parts = [value[key] for key in _TEXT_KEYS if key in value]
     else:
         return 0, 0
     for part in parts:

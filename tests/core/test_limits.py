@@ -19,6 +19,7 @@ from proxy.core.limits import (
     expires,
     key_prefix,
     nanos,
+    prompt_estimate,
     rate_limit_headers,
     reserve,
     settle,
@@ -117,6 +118,31 @@ def test_no_limits_no_charges() -> None:
     r = ask(Limits())
     assert (r.charges, r.lease) == ((), None)
     assert MemoryStore().reserve(r, T0).admitted
+
+
+# Text at four characters a token (rounded up, over the whole prompt), each token id as one;
+# roles, image parts and other keys count nothing.
+PROMPTS = [
+    ("abcdefgh", 2),
+    ("", 0),
+    ([1, 2, 3], 3),
+    ([[1, 2], [3]], 3),
+    ([{"role": "user", "content": "abcd"}, {"role": "assistant", "content": "efghi"}], 3),
+    ([{"role": "user", "content": None}], 0),
+    ([{"role": "user", "content": [{"type": "text", "text": "abcdefgh"},
+                                   {"type": "image_url", "image_url": {"url": "x" * 400}}]}], 2),
+    ([{"prompt": "abcd", "text": "abcd", "content": "abcd", "other": "ab" * 50}], 3),
+    (["abc", "abcdef"], 3),
+    ([{"content": [1, 2]}, 7], 3),
+    ({"content": "abcd"}, 1),
+    (None, 0),
+    (3.5, 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("prompt", "tokens"), PROMPTS)
+def test_prompt_estimate(prompt: object, tokens: int) -> None:
+    assert prompt_estimate(prompt) == tokens
 
 
 @pytest.mark.parametrize(("usd", "expected"), [(0.0003, 300_000), (1e-10, 1), (0.0, 0), (1, 10**9)])
