@@ -169,8 +169,17 @@ def reserve_tail(reservations: Sequence[Reservation], now: float) -> list[str]:
     """The ARGV after the static ones: when the batch is sent, how many it holds, and each
     reservation's own (``reserve_own``)."""
     tail = [repr(float(now)), str(len(reservations))]
+    # Those made ahead in one call share their amounts and their leases' deadline: each
+    # number is spelt once for all of them (a float's repr costs more than the rest).
+    spelt: tuple[object, list[str]] = (None, [])
     for reservation in reservations:
-        tail += reserve_own(reservation)
+        _, tokens, nanos = reservation.amounts
+        lease = reservation.lease
+        same = (tokens, nanos, lease.deadline if lease is not None else None)
+        if same != spelt[0]:
+            spelt = (same, reserve_own(reservation))
+        own = spelt[1]
+        tail += (own[0], own[1], lease.member if lease is not None else "", own[3])
     return tail
 
 

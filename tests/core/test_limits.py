@@ -30,6 +30,7 @@ from proxy.core.limits_lua import (
     RESERVE,
     reserve_call,
     reserve_decision,
+    reserve_own,
     reserve_replies,
 )
 from proxy.core.limits_store import MemoryStore
@@ -440,6 +441,21 @@ def test_reserve_script_reads_what_reserve_call_gives() -> None:
     alone = reserve_call([later], now + 1)[1]
     assert alone[: 3 * 3 + 2] == args[: 3 * 3 + 2]
     assert alone[-OWN_ARGS:] == args[-OWN_ARGS:]
+
+
+def test_reservations_made_alike_keep_each_its_own_arguments() -> None:
+    # Those made ahead share their numbers (spelt once for all): each keeps its own member,
+    # and one that differs in any number has its own spelt anew.
+    limits = Limits(requests_per_minute=100, tokens_per_minute=10**6, concurrency=50)
+    made = [ask(limits, lease=f"m{i}") for i in range(3)]
+    made += [ask(limits, lease="big", max_tokens=400), ask(limits, T0 + 0.5, lease="late")]
+    made.append(ask(limits, lease="m3"))
+    args = reserve_call(made, T0 + 1)[1]
+    owns = [args[len(args) - OWN_ARGS * (len(made) - i) :][:OWN_ARGS] for i in range(len(made))]
+    assert owns == [reserve_own(r) for r in made]
+    assert (
+        owns[3][0] == "410" != owns[2][0] and owns[4][3] == repr(T0 + 900.5) and owns[5][2] == "m3"
+    )
 
 
 def test_reserve_script_without_a_lease_reads_no_lease() -> None:
