@@ -253,16 +253,34 @@ def reserve(
     client's, or the model's ceiling), those tokens at ``price`` (the dearest of the model's
     deployments) for a USD budget, and a slot for ``lease_seconds`` (its longest duration).
     ``windows``: a cache of the current windows and charges, kept by the caller."""
+    usd, amounts = request_amounts(prompt_tokens, max_tokens, price)
+    plan = (windows or Windows()).plan(team, limits, now)
+    return reservation_in(plan, team, usd, amounts, lease_id, now + lease_seconds)
+
+
+def request_amounts(
+    prompt_tokens: int, max_tokens: int, price: Price | None
+) -> tuple[float | None, tuple[int, int, int]]:
+    """What a request may spend in USD (None: unpriced), and its ``Reservation.amounts``."""
     tokens = prompt_tokens + max_tokens
     usd = None if price is None else price.cost(Usage(prompt_tokens, max_tokens, tokens))
-    plan = (windows or Windows()).plan(team, limits, now)
-    lease = None
-    if limits.concurrency is not None:
-        lease = Lease(plan.lease_key, lease_id, limits.concurrency, now + lease_seconds)
     # An unpriced model reserves nothing of a USD budget; the configuration refuses a USD
     # budget on a team that can reach one (proxy.core.limits_config).
-    amounts = (1, tokens, nanos(usd) if usd else 0)
-    return Reservation(team, tokens, usd, plan.charges, amounts, lease, plan.shown)
+    return usd, (1, tokens, nanos(usd) if usd else 0)
+
+
+def reservation_in(
+    plan: Plan,
+    team: str,
+    usd: float | None,
+    amounts: tuple[int, int, int],
+    lease_id: str,
+    deadline: float,
+) -> Reservation:
+    """``reserve``'s reservation, of ``request_amounts``, in the team's ``plan``."""
+    concurrency = plan.limits.concurrency
+    lease = None if concurrency is None else Lease(plan.lease_key, lease_id, concurrency, deadline)
+    return Reservation(team, amounts[1], usd, plan.charges, amounts, lease, plan.shown)
 
 
 def _plan(team: str, limits: Limits, now: float, windows: Windows) -> Plan:

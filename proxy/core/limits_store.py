@@ -160,8 +160,10 @@ class MemoryStore:
 
     def settle(self, settlement: Settlement, now: float, entry: Entry | None = None) -> None:
         counters = self.counters
-        for c in settlement.corrections:
-            counters[c.key] = (max(0, self.value(c.key, now) + c.delta), c.expires)
+        for key, delta, expires in settlement.corrections:
+            counted = counters.get(key)  # ``value``, inline: on every request
+            before = counted[0] if counted is not None and counted[1] > now else 0
+            counters[key] = (max(0, before + delta), expires)
         lease = settlement.lease
         if lease is not None:
             held = self.leases.get(lease.key)

@@ -22,7 +22,7 @@ import collections
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from proxy.core.limits import Decision, Lease, Reservation
+from proxy.core.limits import Charge, Decision, Lease, Reservation
 
 # A pool is filled only while every limit has this many times what it would hold left.
 FACTOR: Final = 16
@@ -60,14 +60,41 @@ class Pool:
     def take(self, reservation: Reservation, now: float) -> Ahead | None:
         """The oldest reservation made ahead, if ``reservation`` fits in it (then it is the
         request's), else None; ``reservation`` counts toward the size of the next ones."""
-        self._note(reservation, now)
+        lease = reservation.lease
+        if lease is None:
+            return self.take_for(reservation.charges, reservation.amounts, None, 0.0, now)
+        return self.take_for(
+            reservation.charges, reservation.amounts, lease.limit, lease.deadline, now
+        )
+
+    def take_for(
+        self,
+        charges: tuple[Charge, ...],
+        amounts: tuple[int, int, int],
+        lease_limit: int | None,
+        deadline: float,
+        now: float,
+    ) -> Ahead | None:
+        """``take`` of a request not made a ``Reservation`` (on a hit, it never is): its
+        plan's charges, its amounts, its concurrency limit (None: none) and lease deadline."""
+        _, tokens, nanos = amounts
+        self._note(tokens, nanos, None if lease_limit is None else deadline - now)
         ready = self.ready
         if not ready:
             if self.filling and self.size < MOST:
                 self.size = min(MOST, 2 * self.size)  # asked faster than it fills
             return None
         ahead = ready[0]
-        if not fits(reservation, ahead.reservation):
+        # It stands for the request if of the same plan (the same charges and concurrency
+        # limit) and holding at least as many tokens, nano-USD and lease time.
+        made = ahead.reservation
+        theirs, held = made.amounts, made.lease
+        if tokens > theirs[1] or nanos > theirs[2] or made.charges is not charges:
+            return None
+        if held is None:
+            if lease_limit is not None:
+                return None
+        elif lease_limit != held.limit or deadline > held.deadline:
             return None
         ready.popleft()
         return ahead
@@ -75,17 +102,18 @@ class Pool:
     def saw(self, reservation: Reservation, decision: Decision, now: float) -> None:
         """The store's answer to a request's own reservation: how far the limits are."""
         self._seen = (reservation, decision)
-        self._note(reservation, now)
-
-    def _note(self, reservation: Reservation, now: float) -> None:
         _, tokens, nanos = reservation.amounts
         lease = reservation.lease
+        self._note(tokens, nanos, None if lease is None else lease.deadline - now)
+
+    def _note(self, tokens: int, nanos: int, lease_seconds: float | None) -> None:
+        """A request seen: the next ones made ahead are made the size of the largest."""
         if tokens > self._tokens:
             self._tokens = tokens
         if nanos > self._nanos:
             self._nanos = nanos
-        if lease is not None and lease.deadline - now > self._seconds:
-            self._seconds = lease.deadline - now
+        if lease_seconds is not None and lease_seconds > self._seconds:
+            self._seconds = lease_seconds
 
     def wanted(
         self, request: Reservation, team_lease: Callable[[], str], now: float
@@ -170,13 +198,3 @@ def same_plan(reservation: Reservation, ahead: Reservation) -> bool:
     if ahead.charges is not reservation.charges or (lease is None) != (held is None):
         return False
     return lease is None or held is None or lease.limit == held.limit
-
-
-def fits(reservation: Reservation, ahead: Reservation) -> bool:
-    """``ahead`` can stand for ``reservation``: of the same plan, and holding at least as
-    many tokens, nano-USD and lease time."""
-    mine, theirs = reservation.amounts, ahead.amounts
-    if mine[1] > theirs[1] or mine[2] > theirs[2] or not same_plan(reservation, ahead):
-        return False
-    lease, held = reservation.lease, ahead.lease
-    return lease is None or held is None or lease.deadline <= held.deadline

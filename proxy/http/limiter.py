@@ -27,7 +27,8 @@ from proxy.core.limits import (
     Settlement,
     Windows,
     rate_limit_headers,
-    reserve,
+    request_amounts,
+    reservation_in,
     settle,
 )
 from proxy.core.limits_config import State
@@ -140,36 +141,37 @@ class Limiter:
         down and on_failure is open). Over a limit: ``RateLimited``; the store down and
         on_failure closed: ``ServiceUnavailable``. Sets the x-ratelimit headers."""
         now = time.time()
-        reservation = reserve(
-            team.name,
-            team.limits,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            price=price,
-            lease_id=lease_id,
-            lease_seconds=lease_seconds,
-            now=now,
-            windows=self.windows,
-        )
+        limits = team.limits
+        usd, amounts = request_amounts(prompt_tokens, max_tokens, price)
+        plan = self.windows.plan(team.name, limits, now)
+        deadline = now + lease_seconds
         ahead = self._ahead
         if self._local is not None:
             # Nothing to wait for: no coroutine, on every request.
+            reservation = reservation_in(plan, team.name, usd, amounts, lease_id, deadline)
             decision = self._local.memory.reserve(reservation, now)
         elif not self._usable():
             self._unchecked()
             return None
-        elif ahead is not None and self.up and (taken := ahead.take(reservation, now)) is not None:
-            # Made ahead, counted in the store already: the request takes it, and its answer.
-            reservation, decision = taken.reservation, taken.decision
         else:
-            try:
-                decision = await self.store.reserve(reservation, now)
-            except StoreUnavailable as exc:
-                self._failed("reserve", exc)
-                self._unchecked()
-                return None
-            if ahead is not None:
-                ahead.answered(reservation, decision, now)
+            taken = None
+            if ahead is not None and self.up:
+                concurrency = limits.concurrency
+                taken = ahead.take(team.name, plan.charges, amounts, concurrency, deadline, now)
+            if taken is not None:
+                # Made ahead, counted in the store already: the request takes it, and its
+                # answer (its own reservation is never made).
+                reservation, decision = taken.reservation, taken.decision
+            else:
+                reservation = reservation_in(plan, team.name, usd, amounts, lease_id, deadline)
+                try:
+                    decision = await self.store.reserve(reservation, now)
+                except StoreUnavailable as exc:
+                    self._failed("reserve", exc)
+                    self._unchecked()
+                    return None
+                if ahead is not None:
+                    ahead.answered(reservation, decision, now)
         if not self.up:
             self._answered()
         elif ahead is not None and decision.admitted:

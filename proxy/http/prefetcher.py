@@ -10,7 +10,7 @@ import random
 import time
 from collections.abc import Callable
 
-from proxy.core.limits import Decision, Reservation, release
+from proxy.core.limits import Charge, Decision, Reservation, release
 from proxy.core.prefetch import IDLE_SECONDS, Ahead, Pool
 from proxy.http.stores import Settle, Store, StoreUnavailable
 
@@ -39,10 +39,22 @@ class Prefetcher:
         self._filling: set[asyncio.Task[None]] = set()
         self._rng = random.Random()
 
-    def take(self, reservation: Reservation, now: float) -> Ahead | None:
-        """One made ahead that ``reservation`` fits in, if its team's pool has one."""
-        pool = self._pools.get(reservation.team)
-        return pool.take(reservation, now) if pool is not None else None
+    def take(
+        self,
+        team: str,
+        charges: tuple[Charge, ...],
+        amounts: tuple[int, int, int],
+        lease_limit: int | None,
+        deadline: float,
+        now: float,
+    ) -> Ahead | None:
+        """One made ahead that a request fits in, if its team's pool has one (``Pool.take_for``)."""
+        pool = self._pools.get(team)
+        return (
+            pool.take_for(charges, amounts, lease_limit, deadline, now)
+            if pool is not None
+            else None
+        )
 
     def answered(self, reservation: Reservation, decision: Decision, now: float) -> None:
         """The store's answer to a request's own reservation: a pool for a team it admits; a
