@@ -47,26 +47,40 @@ from proxy.http.stores import (
     unavailable,
 )
 
-Waiters = list["asyncio.Future[list[int]]"]
+# A waiter's part of a RESERVE reply: one list of integers for each of its reservations.
+Waiters = list["asyncio.Future[list[list[int]]]"]
 
 
 class _Batch:
     """The reservations of one team's window made in one turn of the loop: one RESERVE call
-    (``limits_lua``), and the requests waiting for their part of its reply."""
+    (``limits_lua``), and those waiting for their part of its reply: a request for its own
+    reservation, a pool's fill (``reserve_many``) for its run of them, one future for all."""
 
-    __slots__ = ("head", "reservations", "size", "waiters")
+    __slots__ = ("counts", "head", "reservations", "size", "waiters")
 
     def __init__(self, head: bytes, size: int) -> None:
         self.head = head  # EVALSHA, its KEYS and the window's ARGV, packed: ``size`` of them
         self.size = size
         self.waiters: Waiters = []
+        self.counts: list[int] = []  # how many of ``reservations`` each waiter's are, in turn
         self.reservations: list[Reservation] = []
 
-    def part(self, start: int, stop: int) -> _Batch:
-        part = _Batch(self.head, self.size)
-        part.waiters = self.waiters[start:stop]
-        part.reservations = self.reservations[start:stop]
-        return part
+    def parts(self) -> list[_Batch]:
+        """The batch in calls of at most ``RESERVE_BATCH``, a waiter's run never split (none
+        is longer: ``RedisStore.reserve_many``)."""
+        if len(self.reservations) <= RESERVE_BATCH:
+            return [self]
+        parts: list[_Batch] = []
+        part, start = None, 0
+        for waiter, count in zip(self.waiters, self.counts, strict=True):
+            if part is None or len(part.reservations) + count > RESERVE_BATCH:
+                part = _Batch(self.head, self.size)
+                parts.append(part)
+            part.waiters.append(waiter)
+            part.counts.append(count)
+            part.reservations += self.reservations[start : start + count]
+            start += count
+        return parts
 
     def command(self, now: float) -> bytes:
         tail = reserve_tail(self.reservations, now)
@@ -98,21 +112,27 @@ class RedisStore(Connected[Reply]):
         self._later: set[asyncio.Task[None]] = set()
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        return reserve_decision(reservation, await self._waiter(reservation), now)
+        (reply,) = await self._waiter((reservation,))
+        return reserve_decision(reservation, reply, now)
 
     async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
-        waiters = [self._waiter(reservation) for reservation in reservations]
+        """Reservations of one team's window, in this turn's batch: a waiter for each run of
+        ``RESERVE_BATCH`` (one for a pool's fill), not one a reservation."""
+        runs = [
+            reservations[i : i + RESERVE_BATCH] for i in range(0, len(reservations), RESERVE_BATCH)
+        ]
+        waiters = [self._waiter(run) for run in runs]
         try:
-            replies = [await waiter for waiter in waiters]
+            replies = [reply for waiter in waiters for reply in await waiter]
         except BaseException:
-            # Failed or cancelled midway (a batch split in parts): what was admitted goes back,
-            # the answered here, the others when their answer comes (``_answer``).
+            # Failed or cancelled midway (runs in calls of their own): what was admitted goes
+            # back, the answered here, the others when their answer comes (``_answer``).
             answered = []
-            for reservation, waiter in zip(reservations, waiters, strict=True):
+            for run, waiter in zip(runs, waiters, strict=True):
                 if not waiter.done():
                     waiter.cancel()
-                elif not waiter.cancelled() and waiter.exception() is None and waiter.result()[0]:
-                    answered.append(reservation)
+                elif not waiter.cancelled() and waiter.exception() is None:
+                    answered += [r for r, v in zip(run, waiter.result(), strict=True) if v[0]]
             self._release_later(answered)
             raise
         return [
@@ -120,14 +140,13 @@ class RedisStore(Connected[Reply]):
             for reservation, reply in zip(reservations, replies, strict=True)
         ]
 
-    def _waiter(self, reservation: Reservation) -> asyncio.Future[list[int]]:
-        """The reservation, in this turn's batch of its team's: its part of the reply."""
-        kept = self._reserve.get(reservation.team)
-        if kept is None or not same_shape(kept[0], reservation):
-            kept = self._reserve[reservation.team] = (
-                shape(reservation),
-                *self._reserve_head(reservation),
-            )
+    def _waiter(self, reservations: Sequence[Reservation]) -> asyncio.Future[list[list[int]]]:
+        """Reservations of one team's window, in this turn's batch of it: their part of the
+        reply."""
+        first = reservations[0]
+        kept = self._reserve.get(first.team)
+        if kept is None or not same_shape(kept[0], first):
+            kept = self._reserve[first.team] = (shape(first), *self._reserve_head(first))
         batches = self._batches
         batch = batches.get(kept[1])
         loop = asyncio.get_running_loop()
@@ -135,9 +154,10 @@ class RedisStore(Connected[Reply]):
             if not batches:
                 loop.call_soon(self._send_reservations)
             batch = batches[kept[1]] = _Batch(kept[1], kept[2])
-        waiter: asyncio.Future[list[int]] = loop.create_future()
+        waiter: asyncio.Future[list[list[int]]] = loop.create_future()
         batch.waiters.append(waiter)
-        batch.reservations.append(reservation)
+        batch.counts.append(len(reservations))
+        batch.reservations += reservations
         return waiter
 
     def _reserve_head(self, reservation: Reservation) -> tuple[bytes, int]:
@@ -151,11 +171,7 @@ class RedisStore(Connected[Reply]):
         now = time.time()
         connection = self._connection
         for whole in batches.values():
-            count = len(whole.waiters)
-            parts = [whole] if count <= RESERVE_BATCH else [
-                whole.part(start, start + RESERVE_BATCH) for start in range(0, count, RESERVE_BATCH)
-            ]  # fmt: skip
-            for batch in parts:
+            for batch in whole.parts():
                 command = batch.command(now)
                 if connection is not None and not connection.closed:
                     connection.send_then(command, 1, partial(self._reserved, command, batch))
@@ -197,20 +213,24 @@ class RedisStore(Connected[Reply]):
         """Each waiting request's part of RESERVE's reply, a string of integers (``limits_lua``).
         One cancelled meanwhile (its client left) that was admitted gives back all it took,
         its request too (``limits.release``): nobody else will settle it, and it spent nothing."""
-        waiters = batch.waiters
+        reservations = batch.reservations
         try:
             if type(reply) is not bytes:
                 raise ValueError(repr(reply))
-            replies = reserve_replies([*map(int, reply.split())], len(waiters))
+            replies = reserve_replies([*map(int, reply.split())], len(reservations))
         except ValueError as exc:
-            _fail(waiters, StoreUnavailable(f"Redis answered RESERVE with {exc}", sent=True))
+            _fail(batch.waiters, StoreUnavailable(f"Redis answered RESERVE with {exc}", sent=True))
             return
         left = []
-        for waiter, values, reservation in zip(waiters, replies, batch.reservations, strict=True):
+        start = 0
+        for waiter, count in zip(batch.waiters, batch.counts, strict=True):
+            stop = start + count
             if not waiter.done():
-                waiter.set_result(values)
-            elif values[0]:
-                left.append(reservation)
+                waiter.set_result(replies[start:stop])
+            else:
+                answered = zip(reservations[start:stop], replies[start:stop], strict=True)
+                left += [reservation for reservation, values in answered if values[0]]
+            start = stop
         self._release_later(left)
 
     def _release_later(self, reservations: list[Reservation]) -> None:

@@ -272,6 +272,55 @@ def test_the_reservations_of_one_turn_are_one_call_and_admitted_in_turn(
     client.close()
 
 
+def test_a_run_reserved_at_once_is_admitted_in_turn_and_never_split(server: RedisServer) -> None:
+    """Requests' reservations and a run of 300 made at once (a pool's fill, in runs of at most
+    RESERVE_BATCH) in one turn: each admitted in turn, in three RESERVE calls, none splitting a
+    run; a run cancelled once sent gives back what it was admitted."""
+    client = server.client()
+    client.flushdb()
+    client.script_load(RESERVE)
+    client.config_resetstat()
+    limits = Limits(requests_per_minute=10_000, concurrency=10_000)
+
+    async def run() -> tuple[list[int], list[int], int]:
+        store = RedisStore(server.url, 2.0)
+        now = time.time()
+
+        def made(name: str, count: int) -> list[Reservation]:
+            return [reserve("m", limits, prompt_tokens=0, max_tokens=0, price=None,
+                            lease_id=f"{name}{i}", lease_seconds=30, now=now)
+                    for i in range(count)]  # fmt: skip
+
+        try:
+            before = [asyncio.ensure_future(store.reserve(r, now)) for r in made("a", 10)]
+            many = asyncio.ensure_future(store.reserve_many(made("m", 300), now))
+            after = [asyncio.ensure_future(store.reserve(r, now)) for r in made("z", 10)]
+            singles = await asyncio.gather(*before, *after)
+            seen = [d.used[0] for d in await many]
+            calls = _calls(client)
+            gone = asyncio.ensure_future(store.reserve_many(made("g", 5), time.time()))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # sent: then cancelled, as a worker closing does
+            gone.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await gone
+            for _ in range(50):
+                if int(client.get(rs_key(limits, "m"))) == 320:
+                    break
+                await asyncio.sleep(0.02)
+            return [d.used[0] for d in singles], seen, calls
+        finally:
+            await store.close()
+
+    singles, seen, calls = asyncio.run(run())
+    assert singles == [*range(10), *range(310, 320)]
+    assert seen == list(range(10, 310))
+    assert calls == 3  # 10 requests; the first run of 256; the run of 44 and 10 requests
+    assert int(client.get(rs_key(limits, "m"))) == 320  # the cancelled run's 5 given back
+    assert client.zcard("lim:{m}:inflight") == 320
+    client.close()
+
+
 def rs_key(limits: Limits, team: str, charge: int = 0) -> str:
     r = reserve(team, limits, prompt_tokens=0, max_tokens=0, price=None, lease_id="k",
                 lease_seconds=1, now=time.time())  # fmt: skip
