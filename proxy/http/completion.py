@@ -251,7 +251,6 @@ def _admit(
         prompt_tokens=prompt_estimate(client_request.prompt) if counts_tokens else 0,
         max_tokens=ceiling * max(1, client_request.n),
         price=plan.price,
-        lease_id=runtime.rng.getrandbits(64).to_bytes(8).hex(),
         lease_seconds=plan.lease_seconds,
     )
 

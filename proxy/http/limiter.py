@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Protocol
@@ -23,6 +24,7 @@ from proxy.core.errors import ServiceUnavailable
 from proxy.core.exchange import Exchange
 from proxy.core.ledger import Ledger, PeriodKind, ledger_key, report
 from proxy.core.limits import (
+    Limits,
     Reservation,
     Settlement,
     Windows,
@@ -90,11 +92,19 @@ class Limiter:
         self._idle: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._local = store if isinstance(store, LocalStore) else None
+        self._rng = random.Random()
         self.windows = Windows()
         self.ledger = Ledger(self.windows)
         # With a shared store, the reservations made ahead (``proxy.core.prefetch``).
         self._ahead = (
-            Prefetcher(store, self._enqueue, self._failed, lambda: self.up, state.timeout)
+            Prefetcher(
+                store,
+                self._enqueue,
+                self._failed,
+                lambda: self.up,
+                state.timeout,
+                self.lease_member,
+            )
             if store.prefetch
             else None
         )
@@ -134,7 +144,6 @@ class Limiter:
         prompt_tokens: int,
         max_tokens: int,
         price: Price | None,
-        lease_id: str,
         lease_seconds: float,
     ) -> Reservation | None:
         """The request's reservation, or None when it is admitted unchecked (the store is
@@ -148,7 +157,9 @@ class Limiter:
         ahead = self._ahead
         if self._local is not None:
             # Nothing to wait for: no coroutine, on every request.
-            reservation = reservation_in(plan, team.name, usd, amounts, lease_id, deadline)
+            reservation = reservation_in(
+                plan, team.name, usd, amounts, self._member(limits), deadline
+            )
             decision = self._local.memory.reserve(reservation, now)
         elif not self._usable():
             self._unchecked()
@@ -163,7 +174,8 @@ class Limiter:
                 # answer (its own reservation is never made).
                 reservation, decision = taken.reservation, taken.decision
             else:
-                reservation = reservation_in(plan, team.name, usd, amounts, lease_id, deadline)
+                member = self._member(limits)
+                reservation = reservation_in(plan, team.name, usd, amounts, member, deadline)
                 try:
                     decision = await self.store.reserve(reservation, now)
                 except StoreUnavailable as exc:
@@ -199,6 +211,15 @@ class Limiter:
             self._local.settle_now(*call)
             return
         self._enqueue(call)
+
+    def lease_member(self) -> str:
+        """A new lease's member in the team's set of requests in flight: random, so that no
+        two of any worker or replica meet (a reservation made ahead's too)."""
+        return self._rng.getrandbits(64).to_bytes(8).hex()
+
+    def _member(self, limits: Limits) -> str:
+        # Made only for a lease a request holds of its own: not when taken from one made ahead.
+        return self.lease_member() if limits.concurrency is not None else ""
 
     def _enqueue(self, call: Settle) -> None:
         if len(self._queue) >= QUEUE_MAX:

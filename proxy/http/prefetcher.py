@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 
@@ -29,6 +28,7 @@ class Prefetcher:
         failed: Callable[[str, StoreUnavailable], None],
         up: Callable[[], bool],
         timeout: float,
+        lease_member: Callable[[], str],
     ) -> None:
         self._store = store
         self._timeout = timeout
@@ -37,7 +37,7 @@ class Prefetcher:
         self._up = up
         self._pools: dict[str, Pool] = {}
         self._filling: set[asyncio.Task[None]] = set()
-        self._rng = random.Random()
+        self._lease_member = lease_member  # a new lease's member: the limiter's
 
     def take(
         self,
@@ -95,9 +95,6 @@ class Prefetcher:
             pool.filled(answered, now)
         if not self._up():
             self.drain()  # the store failed meanwhile: what was made goes back
-
-    def _lease_member(self) -> str:
-        return self._rng.getrandbits(64).to_bytes(8).hex()
 
     def _release(self, reservations: list[Reservation], now: float) -> None:
         for reservation in reservations:

@@ -92,8 +92,7 @@ async def one(
     """A request admitted, answered with ``USED`` and, unless told, finished."""
     exchange = Exchange(f"r{i}", "chat", 0.0, team=TEAM.name, model="m")
     reservation = await limiter.admit(
-        TEAM, exchange, prompt_tokens=20, max_tokens=100, price=None, lease_id=f"{i:016x}",
-        lease_seconds=30,
+        TEAM, exchange, prompt_tokens=20, max_tokens=100, price=None, lease_seconds=30,
     )  # fmt: skip
     assert reservation is not None and exchange.headers
     exchange.usage = USED
