@@ -13,6 +13,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,10 +95,13 @@ def start_ours(
     name: str = "ours",
     limits: str = "",
     state: str = "",
+    prefix: Sequence[str] = (),
+    start_seconds: float = 90.0,
 ) -> Gateway:
     """``llm-proxy serve`` in front of nginx; ``source``: a checkout whose ``proxy`` package
     to run instead of the installed one (bench/ab.py compares two); ``limits``, ``state``: the
-    bench team's limits and the state store, as YAML flow mappings (bench/limits.py)."""
+    bench team's limits and the state store, as YAML flow mappings (bench/limits.py);
+    ``prefix``: what runs the server (valgrind, for bench/instructions.py)."""
     port = free_port()
     config = out / f"{name}.yaml"
     team_limits = f", limits: {limits}" if limits else ""
@@ -119,7 +123,7 @@ def start_ours(
     # The access log (stderr) goes to a file: run.py reads every status in it afterwards.
     service = Service(
         name,
-        [sys.executable, "-m", "proxy", "serve", "--config", str(config)],
+        [*prefix, sys.executable, "-m", "proxy", "serve", "--config", str(config)],
         out / f"{name}.log",
         env={"PYTHONPATH": str(source)} if source is not None else None,
         # Run from the checkout: ``python -m`` puts its working directory first on sys.path,
@@ -127,7 +131,7 @@ def start_ours(
         # would run the working tree's package.
         cwd=source,
     )
-    wait_http(f"http://127.0.0.1:{port}/readyz", service)
+    wait_http(f"http://127.0.0.1:{port}/readyz", service, start_seconds)
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     return Gateway(
         name,
