@@ -40,16 +40,22 @@ class Tally:
             held = self._teams[team] = _Team()
         self.count += 1
         counters = held.counters
-        for c in settlement.corrections:
-            found = counters.get(c.key)
+        # On every request: tuples unpacked, not read by name, and no list made to be dropped.
+        for key, delta, expires in settlement.corrections:
+            found = counters.get(key)
             if found is None:
-                counters[c.key] = [c.delta, c.expires]
+                counters[key] = [delta, expires]
             else:
-                found[0] += c.delta
-                found[1] = max(found[1], c.expires)
+                found[0] += delta
+                if expires > found[1]:
+                    found[1] = expires
         lease = settlement.lease
         if lease is not None:
-            held.leases.setdefault(lease.key, []).append(lease.member)
+            members = held.leases.get(lease.key)
+            if members is None:
+                held.leases[lease.key] = [lease.member]
+            else:
+                members.append(lease.member)
         if entry is not None and entry.fields:
             kept = held.hashes.get(entry.keys)
             if kept is None:
