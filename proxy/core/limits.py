@@ -252,7 +252,8 @@ def reserve(
     """The reservation of a request: 1 request, its estimated prompt plus ``max_tokens`` (the
     client's, or the model's ceiling), those tokens at ``price`` (the dearest of the model's
     deployments) for a USD budget, and a slot for ``lease_seconds`` (its longest duration).
-    ``windows``: a cache of the current windows and charges, kept by the caller."""
+    ``windows``: a cache of the current windows and charges, kept by the caller. The limiter
+    takes the same steps one by one, to skip the last when a reservation made ahead serves."""
     usd, amounts = request_amounts(prompt_tokens, max_tokens, price)
     plan = (windows or Windows()).plan(team, limits, now)
     return reservation_in(plan, team, usd, amounts, lease_id, now + lease_seconds)

@@ -59,7 +59,8 @@ class Pool:
 
     def take(self, reservation: Reservation, now: float) -> Ahead | None:
         """The oldest reservation made ahead, if ``reservation`` fits in it (then it is the
-        request's), else None; ``reservation`` counts toward the size of the next ones."""
+        request's), else None; ``reservation`` counts toward the size of the next ones. The
+        limiter asks ``take_for``, with the parts of a reservation it has not made."""
         lease = reservation.lease
         if lease is None:
             return self.take_for(reservation.charges, reservation.amounts, None, 0.0, now)
