@@ -170,6 +170,13 @@ def test_concurrency_only_limits_changed_by_a_reload_retire_the_pool() -> None:
     other = ask(Limits(concurrency=10**4 + 1), T0)
     assert pool.ready and pool.take(other, T0) is None
     assert len(pool.retire(T0, other)) == FIRST
+    # Made without a lease (no concurrency limit then), they cannot stand for one that holds
+    # a slot, nor made with one for one that has none.
+    bare = Pool()
+    admitted(store, bare, ask(Limits()), T0)
+    assert bare.ready and bare.take(ask(Limits(concurrency=10**4)), T0) is None
+    admitted(store, pool, ask(Limits(concurrency=10**4)), T0)
+    assert pool.ready and pool.take(ask(Limits()), T0) is None
 
 
 def test_the_pool_grows_when_asked_faster_than_it_fills_and_shrinks_when_idle() -> None:
