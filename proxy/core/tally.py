@@ -11,6 +11,7 @@ the store lost).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from proxy.core.ledger import Entry
@@ -33,6 +34,14 @@ class Tally:
     def __init__(self) -> None:
         self._teams: dict[str, _Team] = {}
         self.count = 0  # the requests it holds
+
+    @classmethod
+    def of(cls, calls: Iterable[tuple[str, Settlement, Entry | None]]) -> Tally:
+        """A tally of each ``(team, settlement, entry)``."""
+        tally = cls()
+        for team, settlement, entry in calls:
+            tally.add(team, settlement, entry)
+        return tally
 
     def add(self, team: str, settlement: Settlement, entry: Entry | None) -> None:
         held = self._teams.get(team)

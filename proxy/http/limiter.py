@@ -1,8 +1,9 @@
 """``Limiter``: a worker's side of team limits, budgets and the usage ledger (docs/limits.md).
 
 Admission reserves in the store (one atomic call) before a request goes upstream; ``finish``
-settles what it spent once it has ended, off the request's path: settlements queue, and one
-task sends them in batches. A store that fails is left alone for ``RETRY_SECONDS`` (no request
+settles what it spent once it has ended, off the request's path: settlements are summed into
+a queue of tallies (``proxy.core.tally``) of up to ``BATCH`` requests, and one task sends
+each as one call per team. A store that fails is left alone for ``RETRY_SECONDS`` (no request
 waits on it meanwhile) while ``state.on_failure`` decides: open admits unchecked, closed answers
 503. Settlements made meanwhile wait in the queue and go out once it answers again; those whose
 call timed out are not sent again, since the store may have applied them.
@@ -36,6 +37,7 @@ from proxy.core.limits import (
 from proxy.core.limits_config import State
 from proxy.core.limits_view import probe, view
 from proxy.core.prices import Price
+from proxy.core.tally import Tally
 from proxy.core.usage import Usage
 from proxy.http.prefetcher import Prefetcher
 from proxy.http.redis_store import RedisStore
@@ -45,8 +47,8 @@ log = logging.getLogger("proxy.limits")
 
 # After a failure, how long the store is left alone before a call tries it again.
 RETRY_SECONDS: Final = 1.0
-# Settlements sent in one batch, and the most that wait for a store that is down (the oldest
-# are dropped beyond it, and said so).
+# Settlements summed into one tally (sent at once), and the most that wait for a store that
+# is down: beyond it, the oldest tally is dropped whole, and said so.
 BATCH: Final = 256
 QUEUE_MAX: Final = 100_000
 # How often the remaining allowances are read for the gauges.
@@ -80,13 +82,18 @@ def store_for(state: State, worker_socket: str | None) -> Store:
 
 
 class Limiter:
-    def __init__(self, store: Store, state: State, events: Events) -> None:
+    def __init__(
+        self, store: Store, state: State, events: Events, *, queue_max: int = QUEUE_MAX
+    ) -> None:
         self.store = store
         self.state = state
         self.events = events
         self.up = True
         self._retry_at = 0.0
-        self._queue: collections.deque[Settle] = collections.deque()
+        # Tallies to send, oldest first; settlements are added to the last while it has room.
+        self._queue: collections.deque[Tally] = collections.deque()
+        self._queued = 0  # the settlements they hold
+        self._queue_max = queue_max
         # Set while the sender waits for settlements: the first to come wakes it (a check per
         # request, not an Event's set).
         self._idle: asyncio.Future[None] | None = None
@@ -206,11 +213,11 @@ class Limiter:
             spent = cost if usage is not None else 0.0
             settlement = settle(reservation, usage or _NOTHING, spent, now, self.windows)
         team = exchange.team
-        call = (team, settlement, self.ledger.entry(team, exchange.model, usage, cost, now))
+        entry = self.ledger.entry(team, exchange.model, usage, cost, now)
         if self._local is not None:
-            self._local.settle_now(*call)
+            self._local.settle_now(team, settlement, entry)
             return
-        self._enqueue(call)
+        self._tally().add(team, settlement, entry)
 
     def lease_member(self) -> str:
         """A new lease's member in the team's set of requests in flight: random, so that no
@@ -222,12 +229,26 @@ class Limiter:
         return self.lease_member() if limits.concurrency is not None else ""
 
     def _enqueue(self, call: Settle) -> None:
-        if len(self._queue) >= QUEUE_MAX:
-            self._queue.popleft()
-            self.events.settlements_dropped(1)
-        self._queue.append(call)
+        self._tally().add(*call)
+
+    def _tally(self) -> Tally:
+        """The tally a settlement is added to: the queue's last, or a new one when it is full.
+        Counted as added: the caller adds one."""
+        queue = self._queue
+        self._queued += 1
+        if queue:
+            last = queue[-1]
+            if last.count < BATCH:
+                return last
+        if self._queued > self._queue_max:
+            dropped = queue.popleft()
+            self._queued -= dropped.count
+            self.events.settlements_dropped(dropped.count)
+        last = Tally()
+        queue.append(last)
         if self._idle is not None:
             self._wake()
+        return last
 
     def _unchecked(self) -> None:
         """Admitted unchecked (on_failure open), or refused (closed)."""
@@ -285,14 +306,18 @@ class Limiter:
 
     async def _send_batches(self) -> None:
         while self._queue:
-            batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
+            # Taken out of the queue while it is sent: what ends meanwhile goes to a new one.
+            tally = self._queue.popleft()
+            self._queued -= tally.count
             try:
-                await self.store.settle_many(batch)
+                await self.store.settle_many(tally)
             except StoreUnavailable as exc:
                 if not exc.sent:
-                    self._queue.extendleft(reversed(batch))
+                    # Sums: put back in front, it adds up the same whatever joins it later.
+                    self._queue.appendleft(tally)
+                    self._queued += tally.count
                 else:
-                    self.events.settlements_dropped(len(batch))
+                    self.events.settlements_dropped(tally.count)
                 raise
             self._answered()
 

@@ -25,6 +25,7 @@ from proxy.core.limits_lua import (
     reserve_tail,
 )
 from proxy.core.limits_store import Snapshot
+from proxy.core.tally import Tally
 from proxy.http.pipelined import Pipelined
 from proxy.http.resp import (
     Arg,
@@ -43,7 +44,6 @@ from proxy.http.stores import (
     StoreUnavailable,
     same_shape,
     shape,
-    tallied,
     unavailable,
 )
 
@@ -243,7 +243,7 @@ class RedisStore(Connected[Reply]):
     async def _give_back(self, calls: list[Settle]) -> None:
         # Not given back, its slot frees when its lease ends, its tokens when their window does.
         with contextlib.suppress(StoreUnavailable):
-            await self.settle_many(calls)
+            await self.settle_many(Tally.of(calls))
 
     async def close(self) -> None:
         """What is under way gets the store's timeout to end; the turn's reservations not yet
@@ -262,8 +262,8 @@ class RedisStore(Connected[Reply]):
         self._later.add(task)  # held until done: the loop keeps only weak references to tasks
         task.add_done_callback(self._later.discard)
 
-    async def settle_many(self, calls: Sequence[Settle]) -> None:
-        await self._scripts(SETTLE, tallied(calls))
+    async def settle_many(self, tally: Tally) -> None:
+        await self._scripts(SETTLE, tally.calls(time.time()))
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float

@@ -53,7 +53,8 @@ class Store(Protocol):
         self, reservations: Sequence[Reservation], now: float
     ) -> list[Decision]: ...
 
-    async def settle_many(self, calls: Sequence[Settle]) -> None: ...
+    async def settle_many(self, tally: Tally) -> None:
+        """The settlements summed in ``tally``: one call per team."""
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -85,9 +86,10 @@ class LocalStore:
     async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
         return [self.memory.reserve(reservation, now) for reservation in reservations]
 
-    async def settle_many(self, calls: Sequence[Settle]) -> None:
-        for team, settlement, entry in calls:
-            self.settle_now(team, settlement, entry)
+    async def settle_many(self, tally: Tally) -> None:
+        now = time.time()
+        for keys, args in tally.calls(now):
+            self.memory.eval_settle(keys, args, now)
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -207,8 +209,8 @@ class WorkerStore(Connected[object]):
             for reservation, values in zip(reservations, replies, strict=True)
         ]
 
-    async def settle_many(self, calls: Sequence[Settle]) -> None:
-        messages = [["settle", keys, args] for keys, args in tallied(calls)]
+    async def settle_many(self, tally: Tally) -> None:
+        messages = [["settle", keys, args] for keys, args in tally.calls(time.time())]
         await self._oks(b"".join([orjson.dumps(m) + b"\n" for m in messages]), len(messages))
 
     async def read(
@@ -238,13 +240,6 @@ class WorkerStore(Connected[object]):
             lambda: _Lines(self.timeout, LINE_LIMIT), self.path
         )
         return connection
-
-
-def tallied(calls: Sequence[Settle]) -> list[tuple[list[str], list[str]]]:
-    tally = Tally()
-    for team, settlement, entry in calls:
-        tally.add(team, settlement, entry)
-    return tally.calls(time.time())
 
 
 def unavailable(name: str, exc: BaseException, *, sent: bool) -> StoreUnavailable:

@@ -14,6 +14,7 @@ import pytest
 
 from proxy.core.ledger import entry
 from proxy.core.limits import Budget, Limits, Reservation, reserve, settle
+from proxy.core.tally import Tally
 from proxy.core.usage import Usage
 from proxy.http.stores import StoreUnavailable, WorkerStore
 from proxy.ops.state_service import StateService
@@ -45,7 +46,8 @@ def test_reservations_settlements_and_reads_go_through_the_service(service: Stat
             assert [d.in_flight for d in decisions] == [0, 1, 2]
             now = time.time()
             line = entry("t", "m", Usage(10, 5, 15), None, now)
-            await store.settle_many([("t", settle(first, Usage(10, 5, 15), None, now), line)])
+            settled = settle(first, Usage(10, 5, 15), None, now)
+            await store.settle_many(Tally.of([("t", settled, line)]))
             assert first.lease is not None
             keys = [c.key for c in first.charges]
             snapshot = await store.read(keys, [first.lease.key], list(line.keys), time.time())

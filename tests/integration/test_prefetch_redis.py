@@ -19,7 +19,7 @@ from proxy.core.limits_config import State
 from proxy.core.limits_lua import RESERVE
 from proxy.core.prefetch import FIRST, IDLE_SECONDS
 from proxy.core.usage import Usage
-from proxy.http.limiter import Limiter, Shown
+from proxy.http.limiter import BATCH, RETRY_SECONDS, Limiter, Shown
 from proxy.http.redis_store import RedisStore
 from tests.redis_server import RedisServer, redis_server
 
@@ -87,14 +87,15 @@ def room_in_the_minute(seconds: float) -> None:
 
 
 async def one(
-    limiter: Limiter, i: int, *, finish: bool = True
+    limiter: Limiter, i: int, *, finish: bool = True, checked: bool = True
 ) -> tuple[Exchange, Reservation | None]:
-    """A request admitted, answered with ``USED`` and, unless told, finished."""
+    """A request admitted (``checked``: by the store), answered with ``USED`` and, unless
+    told, finished."""
     exchange = Exchange(f"r{i}", "chat", 0.0, team=TEAM.name, model="m")
     reservation = await limiter.admit(
         TEAM, exchange, prompt_tokens=20, max_tokens=100, price=None, lease_seconds=30,
     )  # fmt: skip
-    assert reservation is not None and exchange.headers
+    assert not checked or (reservation is not None and exchange.headers)
     exchange.usage = USED
     if finish:
         limiter.finish(exchange, reservation)
@@ -218,3 +219,34 @@ def test_a_redis_that_fails_takes_the_reservations_made_ahead_back(
     # it): its reservation stays charged, and its slot until its lease ends.
     left = counters(server)
     assert left == {"rpm": 3, "tpm": 2 * 42 + 120, "budget": 2 * 42 + 120, "inflight": 1}
+
+
+def test_settlements_past_the_queue_bound_drop_the_oldest_tally_and_say_so(
+    server: RedisServer,
+) -> None:
+    """Redis down, on_failure open: requests are admitted unchecked, and their ledger lines wait
+    in tallies of ``BATCH``. Past the bound, the oldest tally is dropped whole and reported;
+    once Redis answers, the rest reach the ledger, each request once."""
+    dropped: list[int] = []
+
+    class Counting(Seen):
+        def settlements_dropped(self, count: int) -> None:
+            dropped.append(count)
+
+    async def run() -> None:
+        limiter = Limiter(RedisStore(server.url, 0.2), State(), Counting(), queue_max=600)
+        server.kill()
+        for i in range(1000):
+            exchange, reservation = await one(limiter, i, finish=False, checked=False)
+            assert reservation is None  # unchecked
+            limiter.finish(exchange, reservation)
+        assert dropped == [BATCH]  # at the 769th: three tallies of 256 held, over 600
+        server.start()
+        await asyncio.sleep(RETRY_SECONDS)  # the store is tried again once this is past
+        await limiter.close()
+
+    asyncio.run(run())
+    client = server.client()
+    month = time.strftime("%Y-%m", time.gmtime())
+    assert client.hget(f"use:{{ahead}}:month:{month}", "m|requests") == str(1000 - BATCH)
+    client.close()

@@ -141,7 +141,7 @@ def test_the_proxys_redis_store_runs_them(server: RedisServer) -> None:
                 lease_id="l", lease_seconds=1, now=time.time(),
             )  # fmt: skip
             first = await store.reserve(r, time.time())
-            await store.settle_many([("a", settle(r, Usage(), 0.0, time.time()), None)])
+            await store.settle_many(Tally.of([("a", settle(r, Usage(), 0.0, time.time()), None)]))
             snapshot = await store.read([r.charges[0].key], [], [], time.time())
             return [int(first.admitted), *first.used, first.in_flight, *snapshot.values]
         finally:
