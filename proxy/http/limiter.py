@@ -240,7 +240,7 @@ class Limiter:
             last = queue[-1]
             if last.count < BATCH:
                 return last
-        if self._queued > self._queue_max:
+        if self._queued > self._queue_max and queue:
             dropped = queue.popleft()
             self._queued -= dropped.count
             self.events.settlements_dropped(dropped.count)
