@@ -63,17 +63,22 @@ class Ledger:
         self._keys: dict[str, tuple[str, str, tuple[str, str]]] = {}  # team -> day, month, keys
         self._fields: dict[str, tuple[str, ...]] = {}
 
-    def entry(
-        self, team: str, model: str, usage: Usage | None, cost: float | None, now: float
-    ) -> Entry:
+    def keys(self, team: str, now: float) -> tuple[str, str]:
+        """The team's hashes for ``now``: its day's and its month's."""
         day, month = self._windows("day", now).id, self._windows("month", now).id
         known = self._keys.get(team)
         if known is None or known[0] != day or known[1] != month:
             keys = (ledger_key(team, "day", day), ledger_key(team, "month", month))
             known = self._keys[team] = (day, month, keys)
+        return known[2]
+
+    def entry(
+        self, team: str, model: str, usage: Usage | None, cost: float | None, now: float
+    ) -> Entry:
+        keys = self.keys(team, now)
         names = self._fields.get(model)
         if names is None:
-            names = self._fields[model] = tuple(f"{model}|{name}" for name in COUNTERS)
+            names = self._fields[model] = field_names(model)
         if usage is None:
             counts: tuple[int, ...] = (1, 0, 0, 0, 0, 0, 0)
         else:
@@ -87,10 +92,15 @@ class Ledger:
                 1 if cost is None else 0,
             )
         fields = tuple((name, value) for name, value in zip(names, counts, strict=True) if value)
-        return Entry(known[2], _TTLS, fields)
+        return Entry(keys, TTLS, fields)
 
 
-_TTLS: Final = (DAY_TTL, MONTH_TTL)
+def field_names(model: str) -> tuple[str, ...]:
+    """A model's fields in a hash, in the order of ``COUNTERS``."""
+    return tuple(f"{model}|{name}" for name in COUNTERS)
+
+
+TTLS: Final = (DAY_TTL, MONTH_TTL)
 
 
 def parse_period(text: str | None, now: float) -> tuple[PeriodKind, str] | None:

@@ -207,17 +207,22 @@ class Limiter:
         now = time.time()
         usage = exchange.usage
         cost = exchange.cost_usd
+        team = exchange.team
+        local = self._local
+        if local is None:
+            # Summed into the tally as it is: no Settlement nor Entry made per request.
+            keys = self.ledger.keys(team, now)
+            tally = self._tally()
+            tally.finished(team, reservation, usage, cost, keys, exchange.model, now, self.windows)
+            return
         settlement = _NO_SETTLEMENT
         if reservation is not None:
             # No usage: nothing was spent (refused upstream, or never sent).
             spent = cost if usage is not None else 0.0
             settlement = settle(reservation, usage or _NOTHING, spent, now, self.windows)
-        team = exchange.team
-        entry = self.ledger.entry(team, exchange.model, usage, cost, now)
-        if self._local is not None:
-            self._local.settle_now(team, settlement, entry)
-            return
-        self._tally().add(team, settlement, entry)
+        local.settle_now(
+            team, settlement, self.ledger.entry(team, exchange.model, usage, cost, now)
+        )
 
     def lease_member(self) -> str:
         """A new lease's member in the team's set of requests in flight: random, so that no

@@ -11,8 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.ledger import entry
-from proxy.core.limits import Budget, Limits, Reservation, Settlement, reserve, settle
+from proxy.core.ledger import Ledger, entry
+from proxy.core.limits import (
+    Budget,
+    Limits,
+    Reservation,
+    Settlement,
+    Windows,
+    reserve,
+    settle,
+)
 from proxy.core.limits_lua import reserve_call, reserve_decision
 from proxy.core.limits_store import MemoryStore
 from proxy.core.prices import Price
@@ -28,17 +36,23 @@ STEP = st.tuples(
     st.integers(0, 40),  # prompt tokens
     st.integers(0, 150),  # max_tokens, and the completion tokens used
     st.integers(0, 30),  # seconds later
+    # How a settled request ended: priced, unpriced (no cost), or without usage.
+    st.sampled_from(["priced", "unpriced", "refused"]),
 )
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(STEP, max_size=50))
-def test_objects_and_scripts_agree(steps: list[tuple[str, str, int, int, int]]) -> None:
+def test_objects_and_scripts_agree(steps: list[tuple[str, str, int, int, int, str]]) -> None:
+    """The scripted store's settlements are summed by ``Tally.finished``, as the limiter sums
+    them with a shared store; the direct store's are ``settle`` and ``entry``, one by one."""
     direct, scripted = MemoryStore(), MemoryStore()
     held: list[Reservation] = []
     tally = Tally()
+    windows = Windows()
+    ledger = Ledger(windows)
     now = T0
-    for n, (op, team, prompt, tokens, later) in enumerate(steps):
+    for n, (op, team, prompt, tokens, later, ending) in enumerate(steps):
         now += later
         if op == "reserve" or (op == "settle" and not held):
             # What was settled reaches the scripted store first, in one tally of any number.
@@ -57,12 +71,16 @@ def test_objects_and_scripts_agree(steps: list[tuple[str, str, int, int, int]]) 
                 held.append(r)
         elif op == "settle":
             r = held.pop(0)
-            usage = Usage(prompt, tokens, prompt + tokens, cached_tokens=prompt // 2)
-            cost = PRICE.cost(usage)
+            usage = None
+            cost = None
+            if ending != "refused":
+                usage = Usage(prompt, tokens, prompt + tokens, cached_tokens=prompt // 2)
+                cost = PRICE.cost(usage) if ending == "priced" else None
             line = entry(r.team, "gpt", usage, cost, now)
-            s = settle(r, usage, cost, now)
+            s = settle(r, usage or Usage(), cost if usage is not None else 0.0, now)
             direct.settle(s, now, line)
-            tally.add(r.team, s, line)
+            keys = ledger.keys(r.team, now)
+            tally.finished(r.team, r, usage, cost, keys, "gpt", now, windows)
         else:
             for keys, args in tally.calls(now):
                 scripted.eval_settle(keys, args, now)
