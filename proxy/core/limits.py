@@ -488,17 +488,23 @@ _HEADER_NAMES: Final[Mapping[Code, tuple[str, str, str]]] = {
 }
 
 
-def rate_limit_headers(reservation: Reservation, decision: Decision, now: float) -> dict[str, str]:
+def rate_limit_headers(
+    reservation: Reservation, decision: Decision, now: float, counted: int = 1
+) -> dict[str, str]:
     """x-ratelimit-{limit,remaining,reset}-{requests,tokens} for the team's per-minute limits,
-    as of the decision (an admitted request counted in full)."""
+    as of the decision (an admitted request counted in full). ``counted``: how many alike it
+    stands for after the counters it saw, itself included (one made ahead: its run's place,
+    ``proxy.core.prefetch``)."""
     shown = reservation.shown
     if shown is None:
         return {}
     # On every answer: the plan's names and limits, copied, rather than a walk of the charges.
     headers = shown.fixed.copy()
-    used, amounts, admitted = decision.used, reservation.amounts, decision.admitted
+    used, amounts = decision.used, reservation.amounts
+    if not decision.admitted:
+        counted = 0
     for index, unit, limit, name in shown.remaining:
-        taken = used[index] + amounts[unit] if admitted else used[index]
+        taken = used[index] + counted * amounts[unit]
         headers[name] = str(limit - taken) if taken < limit else "0"
     reset = duration(shown.end - now)
     for name in shown.resets:

@@ -27,11 +27,13 @@ RESERVE: Final = """
 -- ARGV, first what is the same for every request of a team's window: ARGV[1] n; charge i:
 -- ARGV[1 + i] limit, ARGV[1 + n + i] unit (0 requests, 1 tokens, 2 nano-USD), ARGV[1 + 2 * n + i]
 -- when its key expires (epoch seconds); ARGV[3 * n + 2] the lease limit. Then the batch's:
--- ARGV[3 * n + 3] now, ARGV[3 * n + 4] the count c of reservations; then for each, from
--- a = 3 * n + 5 on, four: ARGV[a] tokens, ARGV[a + 1] nano-USD, ARGV[a + 2] the lease's member,
--- ARGV[a + 3] its deadline.
--- Returns, for each reservation, n + 2 integers: admitted (1 or 0), each counter as it saw it,
--- the leases held; all in one string, separated by spaces (one reply to read, not c arrays).
+-- ARGV[3 * n + 3] now, ARGV[3 * n + 4] the count c of runs, reservations alike (a request's
+-- own alone, or those a worker makes ahead). Each run, from a = 3 * n + 5 on: ARGV[a] how many
+-- it holds, k; ARGV[a + 1] tokens, ARGV[a + 2] nano-USD, ARGV[a + 3] the leases' deadline;
+-- then, with a lease set, ARGV[a + 3 + j] the j-th lease's member, j = 1..k.
+-- A run is admitted in turn up to its first refusal (with the same amounts, all after it would
+-- be refused too). Returns, for each run, n + 2 integers: how many it admitted, then each
+-- counter and the leases held as its first saw them; all in one string, separated by spaces.
 local n = tonumber(ARGV[1])
 local lease_limit = tonumber(ARGV[3 * n + 2])
 local now = ARGV[3 * n + 3]
@@ -53,34 +55,42 @@ if lease_key then
   in_flight = redis.call('ZCARD', lease_key)
 end
 local replies, leases, longest, taken = {}, {}, 1, false
+local a = 3 * n + 5
 for r = 1, count do
-  local a = 3 * n + 1 + 4 * r
-  local tokens = tonumber(ARGV[a])
-  local nanos = tonumber(ARGV[a + 1])
-  local member = ARGV[a + 2]
+  local k = tonumber(ARGV[a])
+  local tokens = tonumber(ARGV[a + 1])
+  local nanos = tonumber(ARGV[a + 2])
   local deadline = ARGV[a + 3]
   local amounts = {1, tokens, nanos}
-  local admitted = 1
   -- Numbers as %d: tostring writes a double of more than 14 digits as 1e+15.
   local reply = {}
-  for i = 1, n do
-    reply[i + 1] = string.format('%d', used[i])
-    if used[i] + amounts[units[i]] > limits[i] then admitted = 0 end
-  end
-  if lease_key and in_flight + 1 > lease_limit then admitted = 0 end
-  reply[1] = admitted
+  for i = 1, n do reply[i + 1] = string.format('%d', used[i]) end
   reply[n + 2] = string.format('%d', in_flight)
-  replies[r] = table.concat(reply, ' ')
-  if admitted == 1 then
-    taken = true
+  local admitted = 0
+  for j = 1, k do
+    local fits = not lease_key or in_flight + 1 <= lease_limit
+    for i = 1, n do
+      if used[i] + amounts[units[i]] > limits[i] then fits = false end
+    end
+    if not fits then break end
+    admitted = admitted + 1
     for i = 1, n do used[i] = used[i] + amounts[units[i]] end
     if lease_key then
+      local member = ARGV[a + 3 + j]
       in_flight = in_flight + 1
       leases[#leases + 1] = deadline
       leases[#leases + 1] = member
+    end
+  end
+  reply[1] = admitted
+  replies[r] = table.concat(reply, ' ')
+  if admitted > 0 then
+    taken = true
+    if lease_key then
       longest = math.max(longest, math.floor(tonumber(deadline) - tonumber(now)) + 1)
     end
   end
+  if lease_key then a = a + 4 + k else a = a + 4 end
 end
 if taken then
   for i = 1, n do
@@ -142,11 +152,16 @@ return n
 # The most reservations in one RESERVE call: Lua's unpack of their leases has a bound.
 RESERVE_BATCH: Final = 256
 
+# A run: reservations alike (the same charges, amounts and lease limit and deadline; their
+# leases' members apart), a request's own alone or those a pool makes ahead; a store admits
+# them in turn, up to the first it refuses.
+Run = Sequence[Reservation]
 
-def reserve_call(reservations: Sequence[Reservation], now: float) -> tuple[list[str], list[str]]:
-    """RESERVE's KEYS and ARGV for ``reservations`` (of one team's window, in order) at ``now``."""
-    keys, static = reserve_static(reservations[0])
-    return keys, [*static, *reserve_tail(reservations, now)]
+
+def reserve_call(runs: Sequence[Run], now: float) -> tuple[list[str], list[str]]:
+    """RESERVE's KEYS and ARGV for ``runs`` (of one team's window, in order) at ``now``."""
+    keys, static = reserve_static(runs[0][0])
+    return keys, [*static, *reserve_tail(runs, now)]
 
 
 def reserve_static(reservation: Reservation) -> tuple[list[str], list[str]]:
@@ -165,48 +180,41 @@ def reserve_static(reservation: Reservation) -> tuple[list[str], list[str]]:
     return keys, args
 
 
-def reserve_tail(reservations: Sequence[Reservation], now: float) -> list[str]:
-    """The ARGV after the static ones: when the batch is sent, how many it holds, and each
-    reservation's own (``reserve_own``)."""
-    tail = [repr(float(now)), str(len(reservations))]
-    # Those made ahead in one call share their amounts and their leases' deadline: each
-    # number is spelt once for all of them (a float's repr costs more than the rest).
-    spelt: tuple[object, list[str]] = (None, [])
-    for reservation in reservations:
-        _, tokens, nanos = reservation.amounts
-        lease = reservation.lease
-        same = (tokens, nanos, lease.deadline if lease is not None else None)
-        if same != spelt[0]:
-            spelt = (same, reserve_own(reservation))
-        own = spelt[1]
-        tail += (own[0], own[1], lease.member if lease is not None else "", own[3])
+def reserve_tail(runs: Sequence[Run], now: float) -> list[str]:
+    """The ARGV after the static ones: when the batch is sent, how many runs it holds, and
+    each run's: its count, tokens, nano-USD and leases' deadline, then its leases' members
+    (the numbers spelt once for the whole run: a float's repr costs more than the rest)."""
+    tail = [repr(float(now)), str(len(runs))]
+    for run in runs:
+        first = run[0]
+        _, tokens, nanos = first.amounts
+        lease = first.lease
+        if lease is None:
+            tail += (str(len(run)), str(tokens), str(nanos), "0")
+        else:
+            tail += (str(len(run)), str(tokens), str(nanos), repr(float(lease.deadline)))
+            tail += [r.lease.member for r in run if r.lease is not None]
     return tail
 
 
-# How many of RESERVE's ARGV are each reservation's own (``reserve_own``).
-OWN_ARGS: Final = 4
-
-
-def reserve_own(reservation: Reservation) -> list[str]:
-    """One reservation's ARGV: its tokens, its nano-USD, its lease's member and deadline."""
-    _, tokens, nanos = reservation.amounts
-    lease = reservation.lease
-    if lease is None:
-        return [str(tokens), str(nanos), "", "0"]
-    return [str(tokens), str(nanos), lease.member, repr(float(lease.deadline))]
-
-
-def reserve_replies(reply: Sequence[int], count: int) -> list[list[int]]:
-    """RESERVE's reply cut into each reservation's (``ValueError`` if it does not divide)."""
+def reserve_replies(reply: Sequence[int], runs: Sequence[Run]) -> list[list[int]]:
+    """RESERVE's reply cut into each run's (``ValueError`` if it does not divide, or says
+    more were admitted than a run holds)."""
+    count = len(runs)
     size, rest = divmod(len(reply), count) if count else (0, 1)
     if rest or size < 2:
-        raise ValueError(f"a reply of {len(reply)} integers for {count} reservations")
-    return [list(reply[i : i + size]) for i in range(0, len(reply), size)]
+        raise ValueError(f"a reply of {len(reply)} integers for {count} runs")
+    replies = [list(reply[i : i + size]) for i in range(0, len(reply), size)]
+    for values, run in zip(replies, runs, strict=True):
+        if not 0 <= values[0] <= len(run):
+            raise ValueError(f"{values[0]} admitted of a run of {len(run)}")
+    return replies
 
 
 def reserve_decision(reservation: Reservation, reply: Sequence[int], now: float) -> Decision:
-    """The decision of one reservation's reply: the script's counters as seen, and for a
-    refusal, ``admit``'s account of it, which must agree that it is one."""
+    """The decision on a run's first reservation, from the run's reply: the script's
+    counters as it saw them, and for a refusal, ``admit``'s account of it, which must agree
+    that it is one."""
     in_flight = reply[-1] if len(reply) > 1 else 0
     used = tuple(reply[1:-1])
     if reply[0]:

@@ -35,7 +35,7 @@ class MemoryStore:
     # --- the scripts ---------------------------------------------------------------------
 
     def eval_reserve(self, keys: Sequence[str], args: Sequence[str]) -> list[int]:
-        """RESERVE (``limits_lua``): its reply, each reservation's integers one after another."""
+        """RESERVE (``limits_lua``): its reply, each run's integers one after another."""
         n = int(args[0])
         limits = [int(a) for a in args[1 : 1 + n]]
         units = [int(a) for a in args[1 + n : 1 + 2 * n]]
@@ -48,17 +48,26 @@ class MemoryStore:
         in_flight = self.in_flight(lease_key, now) if lease_key is not None else 0
         reply: list[int] = []
         taken = False
-        for a in range(4 + 3 * n, 4 + 3 * n + 4 * count, 4):
-            amounts = (1, int(args[a]), int(args[a + 1]))
-            admitted = all(used[i] + amounts[units[i]] <= limits[i] for i in range(n))
-            admitted = admitted and (lease_key is None or in_flight + 1 <= lease_limit)
-            reply += [int(admitted), *used, in_flight]
-            if admitted:
-                taken = True
+        a = 4 + 3 * n
+        for _ in range(count):
+            k = int(args[a])
+            amounts = (1, int(args[a + 1]), int(args[a + 2]))
+            deadline = float(args[a + 3])
+            members = args[a + 4 : a + 4 + k] if lease_key is not None else ()
+            first = [*used, in_flight]
+            admitted = 0
+            for j in range(k):
+                fits = all(used[i] + amounts[units[i]] <= limits[i] for i in range(n))
+                if not fits or (lease_key is not None and in_flight + 1 > lease_limit):
+                    break
+                admitted += 1
                 used = [used[i] + amounts[units[i]] for i in range(n)]
                 if lease_key is not None:
                     in_flight += 1
-                    self.leases.setdefault(lease_key, {})[args[a + 2]] = float(args[a + 3])
+                    self.leases.setdefault(lease_key, {})[members[j]] = deadline
+            reply += [admitted, *first]
+            taken = taken or admitted > 0
+            a += 4 + len(members)
         if taken:
             for i in range(n):
                 self.counters[keys[i]] = (used[i], expiries[i])

@@ -4,7 +4,10 @@ without waiting for the shared store (sans-IO; docs/limits.md, "Reservations mad
 With Redis or the supervisor's store, a request waits one round trip to be admitted. While a
 team is far from every limit, the worker reserves a few requests' worth ahead in one call,
 each an ordinary reservation (``limits.Reservation``) the size of the largest request it saw
-lately. They are counted in the store before any is used, so no limit is ever passed. A
+lately: a run of them alike (``limits_lua.Run``), which the store admits in turn up to the
+first it refuses and answers with the counters the first saw, so that a fill costs the store's
+reply and the pool one entry, not one a reservation. They are counted in the store before any
+is used, so no limit is ever passed. A
 request that fits one (the same windows; no more tokens, nano-USD or lease time) takes it and
 is admitted at once; it is settled as that reservation, with its real usage. One never used is
 released (``limits.release``): everything it took is given back, its request too.
@@ -37,18 +40,37 @@ IDLE_SECONDS: Final = 1.0
 
 
 class Ahead(NamedTuple):
+    """A reservation made ahead, as a request takes it: with the store's decision on the first
+    of its run (the counters it saw) and how many of the run were taken up to it, itself
+    included (its counters were the first's plus that many less one times the amounts)."""
+
     reservation: Reservation
-    decision: Decision  # the store's, as it admitted it: the counters it saw
-    made: float  # epoch seconds
+    decision: Decision
+    taken: int
+
+
+class _Made:
+    """One call's reservations made ahead: a run (``limits_lua.Run``), its first ``count``
+    admitted, the next to take at ``next``."""
+
+    __slots__ = ("count", "decision", "made", "next", "run")
+
+    def __init__(self, run: list[Reservation], count: int, decision: Decision, made: float):
+        self.run = run
+        self.count = count
+        self.decision = decision  # the store's, on the run's first
+        self.made = made  # epoch seconds
+        self.next = 0
 
 
 class Pool:
     """One team's reservations made ahead, oldest first, and what the next ones should be."""
 
-    __slots__ = ("_nanos", "_seconds", "_seen", "_tokens", "filling", "ready", "size")
+    __slots__ = ("_nanos", "_seconds", "_seen", "_tokens", "filling", "held", "ready", "size")
 
     def __init__(self) -> None:
-        self.ready: collections.deque[Ahead] = collections.deque()
+        self.ready: collections.deque[_Made] = collections.deque()
+        self.held = 0  # the reservations ``ready`` holds, not yet taken
         self.size = FIRST
         self.filling = False  # a call that makes more is on its way
         # The largest request since the last fill: its tokens, nano-USD and lease seconds.
@@ -85,20 +107,24 @@ class Pool:
             if self.filling and self.size < MOST:
                 self.size = min(MOST, 2 * self.size)  # asked faster than it fills
             return None
-        ahead = ready[0]
+        made = ready[0]
         # It stands for the request if of the same plan (the same charges and concurrency
         # limit) and holding at least as many tokens, nano-USD and lease time.
-        made = ahead.reservation
-        theirs, held = made.amounts, made.lease
-        if tokens > theirs[1] or nanos > theirs[2] or made.charges is not charges:
+        index = made.next
+        reservation = made.run[index]
+        theirs, held = reservation.amounts, reservation.lease
+        if tokens > theirs[1] or nanos > theirs[2] or reservation.charges is not charges:
             return None
         if held is None:
             if lease_limit is not None:
                 return None
         elif lease_limit != held.limit or deadline > held.deadline:
             return None
-        ready.popleft()
-        return ahead
+        made.next = index + 1
+        self.held -= 1
+        if made.next == made.count:
+            ready.popleft()
+        return Ahead(reservation, made.decision, index + 1)
 
     def saw(self, reservation: Reservation, decision: Decision, now: float) -> None:
         """The store's answer to a request's own reservation: how far the limits are."""
@@ -119,13 +145,13 @@ class Pool:
     def wanted(
         self, request: Reservation, team_lease: Callable[[], str], now: float
     ) -> list[Reservation]:
-        """The reservations to make ahead now, if any (then the pool is ``filling`` until
-        ``filled``): when it is down to half its size, as many as bring it back, or fewer, to
-        what every limit has ``FACTOR`` times left; none if that is under ``FIRST``, or the
-        store's last answer was a refusal, or not of ``request``'s plan (the request just
-        admitted: its windows and limits are the current ones). ``team_lease``: a new lease's
-        member."""
-        if self.filling or self._seen is None or len(self.ready) > self.size // 2:
+        """The reservations to make ahead now, a run (``limits_lua.Run``), if any (then the
+        pool is ``filling`` until ``filled``): when it is down to half its size, as many as
+        bring it back, or fewer, to what every limit has ``FACTOR`` times left; none if that
+        is under ``FIRST``, or the store's last answer was a refusal, or not of ``request``'s
+        plan (the request just admitted: its windows and limits are the current ones).
+        ``team_lease``: a new lease's member."""
+        if self.filling or self._seen is None or self.held > self.size // 2:
             return []
         template, decision = self._seen
         if not decision.admitted or not same_plan(request, template):
@@ -139,56 +165,86 @@ class Pool:
         lease = template.lease
         if lease is not None:
             size = min(size, (lease.limit - decision.in_flight - 1) // FACTOR)
-        count = size - len(self.ready)
+        count = size - self.held
         if size < FIRST or count <= 0:
             return []
         self.filling = True
         self._tokens = self._nanos = 0
         self._seconds = 0.0
-        made = []
-        for _ in range(count):
-            held = None
-            if lease is not None:
-                # Long enough for a request as long as the longest seen, taken at its idlest.
-                deadline = now + max(lease_seconds, 1.0) + IDLE_SECONDS
-                held = Lease(lease.key, team_lease(), lease.limit, deadline)
-            made.append(
-                Reservation(
-                    template.team, tokens, None, template.charges, amounts, held, template.shown
-                )
+        team, charges, shown = template.team, template.charges, template.shown
+        if lease is None:
+            alike = Reservation(team, tokens, None, charges, amounts, None, shown)
+            return [alike] * count
+        # Long enough for a request as long as the longest seen, taken at its idlest.
+        deadline = now + max(lease_seconds, 1.0) + IDLE_SECONDS
+        key, limit = lease.key, lease.limit
+        return [
+            Reservation(
+                team,
+                tokens,
+                None,
+                charges,
+                amounts,
+                Lease(key, team_lease(), limit, deadline),
+                shown,
             )
-        return made
+            for _ in range(count)
+        ]
 
-    def filled(self, answered: list[tuple[Reservation, Decision]], now: float) -> None:
-        """What the store answered to ``wanted``'s reservations (none, if it failed): the
-        admitted join the pool; one refused took nothing."""
+    def filled(
+        self, run: list[Reservation], answer: tuple[int, Decision] | None, now: float
+    ) -> None:
+        """What the store answered to ``wanted``'s run (None, if it failed): how many it
+        admitted, the first of them in turn, and its decision on the first. Those admitted
+        join the pool; one refused took nothing."""
         self.filling = False
-        for reservation, decision in answered:
-            if decision.admitted:
-                self.ready.append(Ahead(reservation, decision, now))
-        if answered:
-            self._seen = answered[-1]
+        if answer is None:
+            return
+        count, first = answer
+        if count:
+            self.ready.append(_Made(run, count, first, now))
+            self.held += count
+        if count == len(run):
+            self._seen = (run[-1], _nth(run, first, count - 1, admitted=True))
+        elif count:
+            # Refused (all after it would be too): no more made until a request is admitted.
+            self._seen = (run[count], _nth(run, first, count, admitted=False))
+        else:
+            self._seen = (run[0], first)
 
     def retire(self, now: float, reservation: Reservation | None = None) -> list[Reservation]:
         """The reservations to release: those made more than ``IDLE_SECONDS`` ago, and with
         ``reservation`` (a request of the team's now), those that could never fit one like it
         again (its windows or its limits have changed). Unused ones halve the pool's size."""
         ready = self.ready
-        gone = []
+        gone: list[Reservation] = []
         while ready and (
             ready[0].made + IDLE_SECONDS <= now
-            or (reservation is not None and not same_plan(reservation, ready[0].reservation))
+            or (reservation is not None and not same_plan(reservation, ready[0].run[0]))
         ):
-            gone.append(ready.popleft().reservation)
+            gone += self._untaken(ready.popleft())
         if gone:
             self.size = max(FIRST, self.size // 2)
         return gone
 
     def drain(self) -> list[Reservation]:
         """Every reservation held, to release (the store failed, or the worker stops)."""
-        gone = [ahead.reservation for ahead in self.ready]
+        gone = [reservation for made in self.ready for reservation in self._untaken(made)]
         self.ready.clear()
         return gone
+
+    def _untaken(self, made: _Made) -> list[Reservation]:
+        untaken = made.run[made.next : made.count]
+        self.held -= len(untaken)
+        return untaken
+
+
+def _nth(run: list[Reservation], first: Decision, index: int, *, admitted: bool) -> Decision:
+    """The decision on a run's ``index``-th, ``admitted`` or not: the first's counters plus
+    what each before it added."""
+    amounts, charges = run[0].amounts, run[0].charges
+    used = tuple(u + index * amounts[c.unit] for u, c in zip(first.used, charges, strict=True))
+    return Decision(admitted, used, first.in_flight + index)
 
 
 def same_plan(reservation: Reservation, ahead: Reservation) -> bool:

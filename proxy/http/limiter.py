@@ -162,6 +162,7 @@ class Limiter:
         plan = self.windows.plan(team.name, limits, now)
         deadline = now + lease_seconds
         ahead = self._ahead
+        counted = 1  # the reservations counted up to this one, by the decision's counters
         if self._local is not None:
             # Nothing to wait for: no coroutine, on every request.
             reservation = reservation_in(
@@ -178,8 +179,8 @@ class Limiter:
                 taken = ahead.take(team.name, plan.charges, amounts, concurrency, deadline, now)
             if taken is not None:
                 # Made ahead, counted in the store already: the request takes it, and its
-                # answer (its own reservation is never made).
-                reservation, decision = taken.reservation, taken.decision
+                # run's answer (its own reservation is never made).
+                reservation, decision, counted = taken
             else:
                 member = self._member(limits)
                 reservation = reservation_in(plan, team.name, usd, amounts, member, deadline)
@@ -195,7 +196,7 @@ class Limiter:
             self._answered()
         elif ahead is not None and decision.admitted:
             ahead.fill(reservation, now)
-        headers = rate_limit_headers(reservation, decision, now)
+        headers = rate_limit_headers(reservation, decision, now, counted)
         if headers:
             exchange.headers = headers
         if not decision.admitted:

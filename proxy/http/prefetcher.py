@@ -83,16 +83,15 @@ class Prefetcher:
             task.add_done_callback(self._filling.discard)
 
     async def _made(self, pool: Pool, wanted: list[Reservation], now: float) -> None:
-        answered: list[tuple[Reservation, Decision]] = []
+        answer: tuple[int, Decision] | None = None
         try:
-            decisions = await self._store.reserve_many(wanted, now)
-            answered = list(zip(wanted, decisions, strict=True))
+            answer = await self._store.reserve_run(wanted, now)
         except StoreUnavailable as exc:
             self._failed("reserve", exc)
         except Exception:
             log.exception("reservations made ahead failed")
         finally:
-            pool.filled(answered, now)
+            pool.filled(wanted, answer, now)
         if not self._up():
             self.drain()  # the store failed meanwhile: what was made goes back
 

@@ -19,6 +19,7 @@ from proxy.core.limits_lua import (
     RESERVE,
     RESERVE_BATCH,
     SETTLE,
+    Run,
     reserve_decision,
     reserve_replies,
     reserve_static,
@@ -47,43 +48,41 @@ from proxy.http.stores import (
     unavailable,
 )
 
-# A waiter's part of a RESERVE reply: one list of integers for each of its reservations.
-Waiters = list["asyncio.Future[list[list[int]]]"]
+# A waiter's part of a RESERVE reply: its run's integers (``limits_lua``).
+Waiters = list["asyncio.Future[list[int]]"]
 
 
 class _Batch:
-    """The reservations of one team's window made in one turn of the loop: one RESERVE call
-    (``limits_lua``), and those waiting for their part of its reply: a request for its own
-    reservation, a pool's fill (``reserve_many``) for its run of them, one future for all."""
+    """The runs of one team's window made in one turn of the loop (``limits_lua.Run``: a
+    request's own reservation, or a pool's fill): one RESERVE call, and a future for each
+    run, waiting for its part of the reply."""
 
-    __slots__ = ("counts", "head", "reservations", "size", "waiters")
+    __slots__ = ("head", "runs", "size", "waiters")
 
     def __init__(self, head: bytes, size: int) -> None:
         self.head = head  # EVALSHA, its KEYS and the window's ARGV, packed: ``size`` of them
         self.size = size
         self.waiters: Waiters = []
-        self.counts: list[int] = []  # how many of ``reservations`` each waiter's are, in turn
-        self.reservations: list[Reservation] = []
+        self.runs: list[Run] = []
 
     def parts(self) -> list[_Batch]:
-        """The batch in calls of at most ``RESERVE_BATCH``, a waiter's run never split (none
-        is longer: ``RedisStore.reserve_many``)."""
-        if len(self.reservations) <= RESERVE_BATCH:
+        """The batch in calls of at most ``RESERVE_BATCH`` reservations, a run never split
+        (none is longer: ``RedisStore.reserve_run``)."""
+        if sum(len(run) for run in self.runs) <= RESERVE_BATCH:
             return [self]
         parts: list[_Batch] = []
-        part, start = None, 0
-        for waiter, count in zip(self.waiters, self.counts, strict=True):
-            if part is None or len(part.reservations) + count > RESERVE_BATCH:
-                part = _Batch(self.head, self.size)
+        part, held = None, 0
+        for waiter, run in zip(self.waiters, self.runs, strict=True):
+            if part is None or held + len(run) > RESERVE_BATCH:
+                part, held = _Batch(self.head, self.size), 0
                 parts.append(part)
             part.waiters.append(waiter)
-            part.counts.append(count)
-            part.reservations += self.reservations[start : start + count]
-            start += count
+            part.runs.append(run)
+            held += len(run)
         return parts
 
     def command(self, now: float) -> bytes:
-        tail = reserve_tail(self.reservations, now)
+        tail = reserve_tail(self.runs, now)
         return b"*%d\r\n" % (self.size + len(tail)) + self.head + pack_texts(tail)
 
 
@@ -112,38 +111,27 @@ class RedisStore(Connected[Reply]):
         self._later: set[asyncio.Task[None]] = set()
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        (reply,) = await self._waiter((reservation,))
+        reply = await self._waiter((reservation,))
         return reserve_decision(reservation, reply, now)
 
-    async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
-        """Reservations of one team's window, in this turn's batch: a waiter for each run of
-        ``RESERVE_BATCH`` (one for a pool's fill), not one a reservation."""
-        runs = [
-            reservations[i : i + RESERVE_BATCH] for i in range(0, len(reservations), RESERVE_BATCH)
-        ]
-        waiters = [self._waiter(run) for run in runs]
+    async def reserve_run(self, run: Run, now: float) -> tuple[int, Decision]:
+        """A run of one team's window (at most ``RESERVE_BATCH``: a pool's fill), in this
+        turn's batch."""
+        if not 0 < len(run) <= RESERVE_BATCH:
+            raise ValueError(f"a run of {len(run)} reservations")
+        waiter = self._waiter(run)
         try:
-            replies = [reply for waiter in waiters for reply in await waiter]
+            reply = await waiter
         except BaseException:
-            # Failed or cancelled midway (runs in calls of their own): what was admitted goes
-            # back, the answered here, the others when their answer comes (``_answer``).
-            answered = []
-            for run, waiter in zip(runs, waiters, strict=True):
-                if not waiter.done():
-                    waiter.cancel()
-                elif not waiter.cancelled() and waiter.exception() is None:
-                    answered += [r for r, v in zip(run, waiter.result(), strict=True) if v[0]]
-            self._release_later(answered)
+            # Cancelled once answered: what was admitted goes back (before, ``_answer`` does).
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._release_later(list(run[: waiter.result()[0]]))
             raise
-        return [
-            reserve_decision(reservation, reply, now)
-            for reservation, reply in zip(reservations, replies, strict=True)
-        ]
+        return reply[0], reserve_decision(run[0], reply, now)
 
-    def _waiter(self, reservations: Sequence[Reservation]) -> asyncio.Future[list[list[int]]]:
-        """Reservations of one team's window, in this turn's batch of it: their part of the
-        reply."""
-        first = reservations[0]
+    def _waiter(self, run: Run) -> asyncio.Future[list[int]]:
+        """A run of one team's window, in this turn's batch of it: its part of the reply."""
+        first = run[0]
         kept = self._reserve.get(first.team)
         if kept is None or not same_shape(kept[0], first):
             kept = self._reserve[first.team] = (shape(first), *self._reserve_head(first))
@@ -154,10 +142,9 @@ class RedisStore(Connected[Reply]):
             if not batches:
                 loop.call_soon(self._send_reservations)
             batch = batches[kept[1]] = _Batch(kept[1], kept[2])
-        waiter: asyncio.Future[list[list[int]]] = loop.create_future()
+        waiter: asyncio.Future[list[int]] = loop.create_future()
         batch.waiters.append(waiter)
-        batch.counts.append(len(reservations))
-        batch.reservations += reservations
+        batch.runs.append(run)
         return waiter
 
     def _reserve_head(self, reservation: Reservation) -> tuple[bytes, int]:
@@ -210,27 +197,24 @@ class RedisStore(Connected[Reply]):
             self._answer(batch, reply)
 
     def _answer(self, batch: _Batch, reply: Reply) -> None:
-        """Each waiting request's part of RESERVE's reply, a string of integers (``limits_lua``).
-        One cancelled meanwhile (its client left) that was admitted gives back all it took,
-        its request too (``limits.release``): nobody else will settle it, and it spent nothing."""
-        reservations = batch.reservations
+        """Each waiting run's part of RESERVE's reply, a string of integers (``limits_lua``).
+        One whose waiter was cancelled meanwhile (its client left) gives back all that was
+        admitted, its requests too (``limits.release``): nobody else will settle them, and
+        they spent nothing."""
+        runs = batch.runs
         try:
             if type(reply) is not bytes:
                 raise ValueError(repr(reply))
-            replies = reserve_replies([*map(int, reply.split())], len(reservations))
+            replies = reserve_replies([*map(int, reply.split())], runs)
         except ValueError as exc:
             _fail(batch.waiters, StoreUnavailable(f"Redis answered RESERVE with {exc}", sent=True))
             return
-        left = []
-        start = 0
-        for waiter, count in zip(batch.waiters, batch.counts, strict=True):
-            stop = start + count
+        left: list[Reservation] = []
+        for waiter, run, values in zip(batch.waiters, runs, replies, strict=True):
             if not waiter.done():
-                waiter.set_result(replies[start:stop])
-            else:
-                answered = zip(reservations[start:stop], replies[start:stop], strict=True)
-                left += [reservation for reservation, values in answered if values[0]]
-            start = stop
+                waiter.set_result(values)
+            elif values[0]:
+                left += run[: values[0]]
         self._release_later(left)
 
     def _release_later(self, reservations: list[Reservation]) -> None:

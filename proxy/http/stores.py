@@ -18,7 +18,13 @@ import orjson
 
 from proxy.core.ledger import Entry
 from proxy.core.limits import Charge, Decision, Reservation, Settlement
-from proxy.core.limits_lua import reserve_decision, reserve_replies, reserve_static, reserve_tail
+from proxy.core.limits_lua import (
+    Run,
+    reserve_decision,
+    reserve_replies,
+    reserve_static,
+    reserve_tail,
+)
 from proxy.core.limits_store import MemoryStore, Snapshot
 from proxy.core.tally import Tally
 from proxy.http.pipelined import Incomplete, Pipelined
@@ -49,9 +55,9 @@ class Store(Protocol):
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision: ...
 
-    async def reserve_many(
-        self, reservations: Sequence[Reservation], now: float
-    ) -> list[Decision]: ...
+    async def reserve_run(self, run: Run, now: float) -> tuple[int, Decision]:
+        """Reservations alike, admitted in turn up to the first refused: how many were, and
+        the decision on the first (its counters, as a store saw them)."""
 
     async def settle_many(self, tally: Tally) -> None:
         """The settlements summed in ``tally``: one call per team."""
@@ -83,8 +89,14 @@ class LocalStore:
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
         return self.memory.reserve(reservation, now)
 
-    async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
-        return [self.memory.reserve(reservation, now) for reservation in reservations]
+    async def reserve_run(self, run: Run, now: float) -> tuple[int, Decision]:
+        first = self.memory.reserve(run[0], now)
+        admitted = int(first.admitted)
+        while admitted and admitted < len(run):
+            if not self.memory.reserve(run[admitted], now).admitted:
+                break
+            admitted += 1
+        return admitted, first
 
     async def settle_many(self, tally: Tally) -> None:
         now = time.time()
@@ -182,32 +194,28 @@ class WorkerStore(Connected[object]):
         self._reserve: dict[str, tuple[Shape, bytes]] = {}
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
-        (decision,) = await self.reserve_many((reservation,), now)
-        return decision
+        return (await self.reserve_run((reservation,), now))[1]
 
-    async def reserve_many(self, reservations: Sequence[Reservation], now: float) -> list[Decision]:
-        """One message for reservations of one team's window, taken in turn (``limits_lua``)."""
-        first = reservations[0]
+    async def reserve_run(self, run: Run, now: float) -> tuple[int, Decision]:
+        """One message for a run of one team's window (``limits_lua``)."""
+        first = run[0]
         kept = self._reserve.get(first.team)
         if kept is None or not same_shape(kept[0], first):
             keys, static = reserve_static(first)
             # The message without its closing bracket: ["reserve",keys,shared args,
             head = orjson.dumps(["reserve", keys, static])[:-1] + b","
             kept = self._reserve[first.team] = (shape(first), head)
-        tail = reserve_tail(reservations, now)
+        tail = reserve_tail((run,), now)
         (reply,) = await self._oks(kept[1] + orjson.dumps(tail) + b"]\n", 1)
         try:
             if not isinstance(reply, list) or not all(type(value) is int for value in reply):
                 raise ValueError(repr(reply)[:100])
-            replies = reserve_replies(reply, len(reservations))
+            (values,) = reserve_replies(reply, (run,))
+            return values[0], reserve_decision(first, values, now)
         except ValueError as exc:
             raise StoreUnavailable(
                 f"the supervisor's store answered a reservation wrongly: {exc}"
             ) from None
-        return [
-            reserve_decision(reservation, values, now)
-            for reservation, values in zip(reservations, replies, strict=True)
-        ]
 
     async def settle_many(self, tally: Tally) -> None:
         messages = [["settle", keys, args] for keys, args in tally.calls(time.time())]

@@ -25,14 +25,7 @@ from proxy.core.limits import (
     settle,
     window,
 )
-from proxy.core.limits_lua import (
-    OWN_ARGS,
-    RESERVE,
-    reserve_call,
-    reserve_decision,
-    reserve_own,
-    reserve_replies,
-)
+from proxy.core.limits_lua import RESERVE, reserve_call, reserve_decision, reserve_replies
 from proxy.core.limits_store import MemoryStore
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
@@ -414,7 +407,7 @@ def test_reserve_script_reads_what_reserve_call_gives() -> None:
     limits = Limits(600, 9000, 50, Budget("usd", 100, "month"))
     r = ask(limits, now, lease="lease-id")
     later = ask(limits, now + 1, lease="other", max_tokens=7)
-    keys, args = reserve_call([r, later], now + 2)
+    keys, args = reserve_call([[r], [later]], now + 2)
     c = r.charges
     window = {
         "n": ["3"],
@@ -427,47 +420,66 @@ def test_reserve_script_reads_what_reserve_call_gives() -> None:
         "lease_key": ["lim:{t}:inflight"],
         "lease_limit": ["50"],
     }
-    # Each reservation's four, after the window's and the batch's: ``a`` for the first, then on.
-    for number, (one, deadline) in enumerate([(r, now + 900), (later, now + 901)]):
+    # Each run's four and its one member, after the window's and the batch's: ``a`` for the
+    # first, then on.
+    a = 3 * 3 + 5
+    for one, deadline in [(r, now + 900), (later, now + 901)]:
         own = {
+            "k": ["1"],
             "tokens": [str(one.tokens)],
             "nanos": [str(nanos(one.usd or 0))],
-            "member": [one.lease.member if one.lease else ""],
             "deadline": [repr(deadline)],
+            "member": [one.lease.member if one.lease else ""],
         }
-        _check(RESERVE, keys, args, window | own, {"a": 3 * 3 + 5 + OWN_ARGS * number})
-    assert len(keys) == 4 and len(args) == 3 * 3 + 2 + 2 + 2 * OWN_ARGS
-    # The same for every request of the window but the batch's and the reservations' own.
-    alone = reserve_call([later], now + 1)[1]
+        _check(RESERVE, keys, args, window | own, {"a": a, "j": 1})
+        a += 4 + 1
+    assert len(keys) == 4 and len(args) == 3 * 3 + 2 + 2 + 2 * 5
+    # The same for every request of the window but the batch's and the runs' own.
+    alone = reserve_call([[later]], now + 1)[1]
     assert alone[: 3 * 3 + 2] == args[: 3 * 3 + 2]
-    assert alone[-OWN_ARGS:] == args[-OWN_ARGS:]
+    assert alone[-5:] == args[-5:]
 
 
-def test_reservations_made_alike_keep_each_its_own_arguments() -> None:
-    # Those made ahead share their numbers (spelt once for all): each keeps its own member,
-    # and one that differs in any number has its own spelt anew.
+def test_a_run_spells_its_numbers_once_then_each_member() -> None:
     limits = Limits(requests_per_minute=100, tokens_per_minute=10**6, concurrency=50)
-    made = [ask(limits, lease=f"m{i}") for i in range(3)]
-    made += [ask(limits, lease="big", max_tokens=400), ask(limits, T0 + 0.5, lease="late")]
-    made.append(ask(limits, lease="m3"))
-    args = reserve_call(made, T0 + 1)[1]
-    owns = [args[len(args) - OWN_ARGS * (len(made) - i) :][:OWN_ARGS] for i in range(len(made))]
-    assert owns == [reserve_own(r) for r in made]
-    assert (
-        owns[3][0] == "410" != owns[2][0] and owns[4][3] == repr(T0 + 900.5) and owns[5][2] == "m3"
-    )
+    first = ask(limits, lease="m0")
+    assert first.lease is not None
+    run = [first._replace(lease=first.lease._replace(member=f"m{i}")) for i in range(3)]
+    big = ask(limits, T0 + 0.5, lease="big", max_tokens=400)
+    keys, args = reserve_call([run, [big]], T0 + 1)
+    a = 3 * 2 + 5 - 1  # ARGV[a], from 0
+    deadline = repr(T0 + 900)
+    assert args[a - 1] == "2"  # runs
+    nanos_each, nanos_big = str(first.amounts[2]), str(big.amounts[2])
+    assert args[a : a + 7] == ["3", "50", nanos_each, deadline, "m0", "m1", "m2"]
+    assert args[a + 7 :] == ["1", "410", nanos_big, repr(T0 + 900.5), "big"]
+    # The script reads the j-th member of the first run where it is (its ``a`` counts from 1).
+    ((_, _, index),) = [read for read in _reads(RESERVE) if read[0] == "member"]
+    for j, member in enumerate(["m0", "m1", "m2"], start=1):
+        assert args[eval(index, {"a": a + 1, "j": j}) - 1] == member
+    assert len(keys) == 3
 
 
 def test_reserve_script_without_a_lease_reads_no_lease() -> None:
-    keys, args = reserve_call([ask(Limits(requests_per_minute=1))], T0)
-    assert (len(keys), len(args)) == (1, 5 + 2 + OWN_ARGS)  # KEYS[n + 1] is nil: no lease set
+    # KEYS[n + 1] is nil, no lease set: no members follow a run's four.
+    keys, args = reserve_call([[ask(Limits(requests_per_minute=1))] * 2], T0)
+    assert (len(keys), len(args)) == (1, 5 + 2 + 4)
+    assert args[-4] == "2"
 
 
-def test_reserve_replies_are_cut_per_reservation() -> None:
-    assert reserve_replies([1, 0, 2, 1, 1, 3], 2) == [[1, 0, 2], [1, 1, 3]]
-    for reply, count in [([1, 0, 2, 1, 5], 2), ([1], 1), ([], 0), ([1, 2], 0)]:
+def test_reserve_replies_are_cut_per_run() -> None:
+    one = ask(Limits(requests_per_minute=10))
+    assert reserve_replies([1, 0, 2, 3, 1, 3], [[one], [one] * 3]) == [[1, 0, 2], [3, 1, 3]]
+    for reply, runs in [
+        ([1, 0, 2, 1, 5], [[one], [one]]),
+        ([1], [[one]]),
+        ([], []),
+        ([1, 2], []),
+        ([2, 0, 2], [[one]]),  # more admitted than the run holds
+        ([-1, 0, 2], [[one]]),
+    ]:
         with pytest.raises(ValueError):
-            reserve_replies(reply, count)
+            reserve_replies(reply, runs)
 
 
 def test_reserve_decision_reads_the_scripts_reply() -> None:

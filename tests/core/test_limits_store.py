@@ -62,7 +62,7 @@ def test_objects_and_scripts_agree(steps: list[tuple[str, str, int, int, int, st
             r = reserve(team, LIMITS, prompt_tokens=prompt, max_tokens=tokens, price=PRICE,
                         lease_id=f"l{n}", lease_seconds=60, now=now)  # fmt: skip
             decision = direct.reserve(r, now)
-            reply = scripted.eval_reserve(*reserve_call([r], now))
+            reply = scripted.eval_reserve(*reserve_call([[r]], now))
             # The same decision; below the limit, the direct store counts expired leases too.
             expected = reserve_decision(r, reply, now)
             assert decision._replace(in_flight=0) == expected._replace(in_flight=0)

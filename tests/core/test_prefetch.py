@@ -16,6 +16,7 @@ from proxy.core.limits import (
     Limits,
     Reservation,
     Windows,
+    rate_limit_headers,
     release,
     reserve,
     settle,
@@ -75,14 +76,23 @@ def admitted(store: MemoryStore, pool: Pool, request: Reservation, now: float) -
 def fill(store: MemoryStore, pool: Pool, now: float, request: Reservation) -> list[Reservation]:
     wanted = pool.wanted(request, member, now)
     if wanted:
-        pool.filled([(r, store.reserve(r, now)) for r in wanted], now)
+        pool.filled(wanted, made(store, wanted, now), now)
     return wanted
+
+
+def made(store: MemoryStore, run: list[Reservation], now: float) -> tuple[int, Decision]:
+    """A run reserved as a store does: in turn, up to the first refused."""
+    first = store.reserve(run[0], now)
+    count = int(first.admitted)
+    while count and count < len(run) and store.reserve(run[count], now).admitted:
+        count += 1
+    return count, first
 
 
 def test_far_from_the_limits_requests_are_admitted_from_the_pool() -> None:
     store, pool, windows = MemoryStore(), Pool(), Windows()
     first = admitted(store, pool, ask(BIG, windows=windows), T0)
-    assert len(pool.ready) == FIRST  # made in one call, after the first answer
+    assert pool.held == FIRST  # made in one call, after the first answer
     rpm = first.charges[0].key
     assert store.value(rpm, T0) == 1 + FIRST
     second = admitted(store, pool, ask(BIG, T0 + 0.01, windows=windows), T0 + 0.01)
@@ -121,25 +131,25 @@ def test_nothing_is_made_ahead_near_a_limit(name: str, extra: int) -> None:
     store, pool = MemoryStore(), Pool()
     price = PRICE if name == "budget-usd" else None
     admitted(store, pool, ask(limits, price=price), T0)
-    assert len(pool.ready) == (FIRST if extra == 0 else 0)
+    assert pool.held == (FIRST if extra == 0 else 0)
     for i in range(1, 3):
         admitted(store, pool, ask(limits, T0 + i, price=price), T0 + i)
         if extra:
-            assert not pool.ready and not pool.filling
+            assert not pool.held and not pool.filling
 
 
 def test_a_request_larger_than_those_made_ahead_waits_for_the_store() -> None:
     store, pool, windows = MemoryStore(), Pool(), Windows()
     admitted(store, pool, ask(BIG, windows=windows), T0)
-    assert pool.ready
+    assert pool.held
     large = ask(BIG, T0 + 0.1, tokens=500, windows=windows)
-    assert pool.take(large, T0 + 0.1) is None and len(pool.ready) == FIRST
+    assert pool.take(large, T0 + 0.1) is None and pool.held == FIRST
     longer = ask(BIG, T0 + 0.1, lease_seconds=300, windows=windows)
     assert pool.take(longer, T0 + 0.1) is None
     # The next ones are made the size of the largest seen since.
-    pool.ready.clear()
+    pool.drain()
     fill(store, pool, T0 + 0.2, large)
-    assert len(pool.ready) >= 2
+    assert pool.held >= 2
     assert pool.take(large, T0 + 0.2) is not None and pool.take(longer, T0 + 0.2) is not None
 
 
@@ -149,7 +159,7 @@ def test_a_new_window_or_new_limits_retire_the_pool() -> None:
     next_minute = ask(BIG, T0 + 60, windows=windows)
     assert pool.take(next_minute, T0 + 60) is None
     gone = pool.retire(T0 + 60, next_minute)
-    assert len(gone) == FIRST and not pool.ready
+    assert len(gone) == FIRST and not pool.held
     for unused in gone:
         store.settle(release(unused, T0 + 60), T0 + 60)
     # The ended minute keeps what it counted; the month's budget and the slots come back.
@@ -168,21 +178,21 @@ def test_concurrency_only_limits_changed_by_a_reload_retire_the_pool() -> None:
     store, pool = MemoryStore(), Pool()
     admitted(store, pool, ask(Limits(concurrency=10**4)), T0)
     other = ask(Limits(concurrency=10**4 + 1), T0)
-    assert pool.ready and pool.take(other, T0) is None
+    assert pool.held and pool.take(other, T0) is None
     assert len(pool.retire(T0, other)) == FIRST
     # Made without a lease (no concurrency limit then), they cannot stand for one that holds
     # a slot, nor made with one for one that has none.
     bare = Pool()
     admitted(store, bare, ask(Limits()), T0)
-    assert bare.ready and bare.take(ask(Limits(concurrency=10**4)), T0) is None
+    assert bare.held and bare.take(ask(Limits(concurrency=10**4)), T0) is None
     admitted(store, pool, ask(Limits(concurrency=10**4)), T0)
-    assert pool.ready and pool.take(ask(Limits()), T0) is None
+    assert pool.held and pool.take(ask(Limits()), T0) is None
 
 
 def test_the_pool_grows_when_asked_faster_than_it_fills_and_shrinks_when_idle() -> None:
     store, pool, windows = MemoryStore(), Pool(), Windows()
     admitted(store, pool, ask(BIG, windows=windows), T0)
-    pool.ready.clear()
+    pool.drain()
     pool.filling = True  # a fill on its way, and requests find the pool empty
     sizes = []
     for _ in range(8):
@@ -190,9 +200,9 @@ def test_the_pool_grows_when_asked_faster_than_it_fills_and_shrinks_when_idle() 
         sizes.append(pool.size)
     assert sizes == [min(MOST, FIRST * 2**doubled) for doubled in range(1, 9)]
     assert sizes[-2:] == [MOST, MOST]
-    pool.filled([], T0)
-    made = fill(store, pool, T0, ask(BIG, windows=windows))
-    assert len(made) == MOST
+    pool.filled([], None, T0)
+    run = fill(store, pool, T0, ask(BIG, windows=windows))
+    assert len(run) == MOST
     assert pool.retire(T0 + IDLE_SECONDS / 2) == []
     assert len(pool.retire(T0 + IDLE_SECONDS)) == MOST and pool.size == MOST // 2
 
@@ -200,11 +210,42 @@ def test_the_pool_grows_when_asked_faster_than_it_fills_and_shrinks_when_idle() 
 def test_a_pool_the_store_refused_is_not_filled_again_until_it_admits() -> None:
     store, pool = MemoryStore(), Pool()
     admitted(store, pool, ask(BIG), T0)
-    pool.ready.clear()
+    pool.drain()
     request = ask(BIG)
     refusal = Decision(False, (10**6, 0, 0), 0, "requests_per_minute", 40, "over")
-    pool.filled([(request, refusal)], T0)
-    assert not pool.ready and pool.wanted(request, member, T0) == []
+    pool.filled([request], (0, refusal), T0)
+    assert not pool.held and pool.wanted(request, member, T0) == []
+
+
+def test_a_fill_partly_admitted_holds_what_was_and_waits_for_a_request() -> None:
+    """Another worker took most of the room while a run of FIRST was on its way: the store
+    admits two, in turn; the pool hands out those two, each with the counters it would have
+    seen alone (its x-ratelimit headers), then makes no more until a request is admitted."""
+    store, pool, windows = MemoryStore(), Pool(), Windows()
+    limits = Limits(requests_per_minute=70)
+    request = ask(limits, windows=windows)
+    pool.saw(request, store.reserve(request, T0), T0)
+    run = pool.wanted(request, member, T0)
+    assert len(run) == FIRST
+    for _ in range(67):
+        assert store.reserve(ask(limits, windows=windows), T0).admitted
+    count, first = made(store, run, T0)
+    assert (count, first.used) == (2, (68,))
+    pool.filled(run, (count, first), T0)
+    assert pool.held == 2
+    taken = [pool.take(ask(limits, windows=windows), T0) for _ in range(3)]
+    assert taken[2] is None and pool.held == 0
+    remaining = [
+        rate_limit_headers(a.reservation, a.decision, T0, a.taken)["x-ratelimit-remaining-requests"]
+        for a in taken
+        if a is not None
+    ]
+    assert remaining == ["1", "0"]  # the 69th and the 70th of the minute
+    assert [a.reservation for a in taken if a is not None] == run[:2]
+    assert pool.wanted(request, member, T0) == []
+    again = ask(limits, T0 + 60, windows=windows)
+    pool.saw(again, store.reserve(again, T0 + 60), T0 + 60)
+    assert pool.wanted(again, member, T0 + 60)
 
 
 def test_release_gives_back_everything_in_the_windows_still_open() -> None:
@@ -289,7 +330,7 @@ def test_a_grown_pool_is_filled_only_to_what_the_limits_leave_room_for() -> None
     limits = Limits(requests_per_minute=FACTOR * 10 + 1)  # room for 10 once one is counted
     pool.size = MOST
     admitted(store, pool, ask(limits), T0)
-    assert len(pool.ready) == 10
+    assert pool.held == 10
 
 
 def test_nothing_is_made_ahead_but_for_the_current_plan() -> None:

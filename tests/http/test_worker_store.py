@@ -64,19 +64,27 @@ def test_reservations_settlements_and_reads_go_through_the_service(service: Stat
 def test_reservations_made_together_are_one_message_admitted_in_turn(
     service: StateService,
 ) -> None:
-    # What a worker's reservations made ahead are (proxy.core.prefetch): one message, each
-    # seeing the counters as the one before it left them.
-    async def run() -> list[tuple[bool, tuple[int, ...], int]]:
+    # What a worker's reservations made ahead are (proxy.core.prefetch): one message, a run
+    # admitted in turn up to the first refused, answered with the counters the first saw.
+    async def run() -> tuple[int, bool, tuple[int, ...], int, int]:
         store = WorkerStore(service.path, 0.5)
         try:
-            decisions = await store.reserve_many(
-                [ask(lease=f"m{i}") for i in range(3)], time.time()
+            first = ask(lease="m0")
+            assert first.lease is not None
+            alike = [first._replace(lease=first.lease._replace(member=f"m{i}")) for i in range(3)]
+            count, decision = await store.reserve_run(alike, time.time())
+            snapshot = await store.read([], [first.lease.key], [], time.time())
+            return (
+                count,
+                decision.admitted,
+                decision.used,
+                decision.in_flight,
+                snapshot.in_flight[0],
             )
-            return [(d.admitted, d.used, d.in_flight) for d in decisions]
         finally:
             await store.close()
 
-    assert asyncio.run(run()) == [(True, (0, 0), 0), (True, (1, 100), 1), (False, (2, 200), 2)]
+    assert asyncio.run(run()) == (2, True, (0, 0), 0, 2)
 
 
 def test_a_new_concurrency_limit_is_the_one_enforced(service: StateService) -> None:

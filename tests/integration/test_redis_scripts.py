@@ -40,6 +40,7 @@ STEP = st.tuples(
     st.integers(0, 200),  # max_tokens, and the completion tokens used
     st.booleans(),  # usage known
     st.integers(1, 3),  # reservations in one call (a loop turn's, in the proxy)
+    st.booleans(),  # they are alike, one run (a pool's fill), or each its own
 )
 
 
@@ -48,7 +49,7 @@ STEP = st.tuples(
 )
 @given(steps=st.lists(STEP, min_size=1, max_size=40))
 def test_the_scripts_do_what_memory_store_does(
-    server: RedisServer, steps: list[tuple[str, int, int, bool, int]]
+    server: RedisServer, steps: list[tuple[str, int, int, bool, int, bool]]
 ) -> None:
     client = server.client()
     client.flushdb()
@@ -59,14 +60,14 @@ def test_the_scripts_do_what_memory_store_does(
     held: list[Reservation] = []
     keys_seen: set[str] = set()
     try:
-        for n, (op, prompt, tokens, known, batch) in enumerate(steps):
+        for n, (op, prompt, tokens, known, batch, alike) in enumerate(steps):
             now = time.time()
             if op == "reserve" or not held:
                 rs = [
                     reserve(
                         team,
                         LIMITS,
-                        prompt_tokens=prompt + i,
+                        prompt_tokens=prompt if alike else prompt + i,
                         max_tokens=tokens,
                         price=PRICE,
                         lease_id=f"lease-{n}-{i}",
@@ -75,13 +76,13 @@ def test_the_scripts_do_what_memory_store_does(
                     )
                     for i in range(batch)
                 ]
-                keys, args = reserve_call(rs, now)
+                runs = [rs] if alike else [[r] for r in rs]
+                keys, args = reserve_call(runs, now)
                 expected = memory.eval_reserve(keys, args)
                 reply = reserve_script(keys=keys, args=args)
                 assert [int(v) for v in reply.split()] == expected
-                for r, one in zip(rs, reserve_replies(expected, batch), strict=True):
-                    if one[0]:
-                        held.append(r)
+                for run, one in zip(runs, reserve_replies(expected, runs), strict=True):
+                    held += run[: one[0]]
             else:
                 r = held.pop(0)
                 usage = Usage(prompt, tokens, prompt + tokens, cached_tokens=prompt // 3)
@@ -120,12 +121,12 @@ def test_a_reply_past_2_to_the_53_is_refused_not_rounded(server: RedisServer) ->
             max_tokens=10**6, price=Price(0, 0, 1_000_000), lease_id="x", lease_seconds=1,
             now=time.time(),
         )  # fmt: skip
-        keys, args = reserve_call([r], time.time())
+        keys, args = reserve_call([[r]], time.time())
         script = client.register_script(RESERVE)
         assert int(script(keys=keys, args=args).split()[0]) == 1
         assert int(client.get(keys[0])) == 10**15  # 1 million USD, exactly
         # And in the reply, as %d: Lua's tostring would write 1e+15.
-        assert script(keys=keys, args=reserve_call([r], time.time())[1]).split()[1] == str(10**15)
+        assert script(keys=keys, args=reserve_call([[r]], time.time())[1]).split()[1] == str(10**15)
     finally:
         client.close()
 
@@ -273,16 +274,16 @@ def test_the_reservations_of_one_turn_are_one_call_and_admitted_in_turn(
 
 
 def test_a_run_reserved_at_once_is_admitted_in_turn_and_never_split(server: RedisServer) -> None:
-    """Requests' reservations and a run of 300 made at once (a pool's fill, in runs of at most
-    RESERVE_BATCH) in one turn: each admitted in turn, in three RESERVE calls, none splitting a
-    run; a run cancelled once sent gives back what it was admitted."""
+    """Requests' reservations and runs of 256 and 44 made at once (pools' fills; a run holds
+    at most RESERVE_BATCH) in one turn: each admitted in turn, in three RESERVE calls, none
+    splitting a run; a run cancelled once sent gives back what it was admitted."""
     client = server.client()
     client.flushdb()
     client.script_load(RESERVE)
     client.config_resetstat()
     limits = Limits(requests_per_minute=10_000, concurrency=10_000)
 
-    async def run() -> tuple[list[int], list[int], int]:
+    async def run() -> tuple[list[int], list[tuple[int, int]], int]:
         store = RedisStore(server.url, 2.0)
         now = time.time()
 
@@ -293,12 +294,17 @@ def test_a_run_reserved_at_once_is_admitted_in_turn_and_never_split(server: Redi
 
         try:
             before = [asyncio.ensure_future(store.reserve(r, now)) for r in made("a", 10)]
-            many = asyncio.ensure_future(store.reserve_many(made("m", 300), now))
+            many = [
+                asyncio.ensure_future(store.reserve_run(made(name, count), now))
+                for name, count in [("m", RESERVE_BATCH), ("n", 44)]
+            ]
             after = [asyncio.ensure_future(store.reserve(r, now)) for r in made("z", 10)]
             singles = await asyncio.gather(*before, *after)
-            seen = [d.used[0] for d in await many]
+            seen = [(count, first.used[0]) for count, first in await asyncio.gather(*many)]
             calls = _calls(client)
-            gone = asyncio.ensure_future(store.reserve_many(made("g", 5), time.time()))
+            with pytest.raises(ValueError):
+                await store.reserve_run(made("x", RESERVE_BATCH + 1), now)
+            gone = asyncio.ensure_future(store.reserve_run(made("g", 5), time.time()))
             await asyncio.sleep(0)
             await asyncio.sleep(0)  # sent: then cancelled, as a worker closing does
             gone.cancel()
@@ -314,8 +320,8 @@ def test_a_run_reserved_at_once_is_admitted_in_turn_and_never_split(server: Redi
 
     singles, seen, calls = asyncio.run(run())
     assert singles == [*range(10), *range(310, 320)]
-    assert seen == list(range(10, 310))
-    assert calls == 3  # 10 requests; the first run of 256; the run of 44 and 10 requests
+    assert seen == [(256, 10), (44, 266)]
+    assert calls == 3  # 10 requests; the run of 256; the run of 44 and 10 requests
     assert int(client.get(rs_key(limits, "m"))) == 320  # the cancelled run's 5 given back
     assert client.zcard("lim:{m}:inflight") == 320
     client.close()
