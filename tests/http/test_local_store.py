@@ -1,5 +1,6 @@
 """``LocalStore``: a tally settled at once leaves the store as each of its settlements settled
-one by one would (``settle_now``), ledger included."""
+one by one would (``settle_now``), ledger included; a run is reserved as the shared stores
+reserve one."""
 
 from __future__ import annotations
 
@@ -51,3 +52,20 @@ def test_a_tally_settled_at_once_leaves_what_settling_one_by_one_does() -> None:
         assert seen[1].hashes[0]["m|completion_tokens"] == 205
 
     asyncio.run(run())
+
+
+def test_a_run_is_admitted_in_turn_up_to_the_first_refused() -> None:
+    """``reserve_run`` as the shared stores' RESERVE does it: of 8 alike against a
+    concurrency of 5, the first 5, answered with the counters the first saw."""
+
+    async def run() -> tuple[int, bool, tuple[int, ...], int, int]:
+        now = time.time()
+        store = LocalStore()
+        first = ask("m0", now)
+        assert first.lease is not None
+        alike = [first._replace(lease=first.lease._replace(member=f"m{i}")) for i in range(8)]
+        count, decision = await store.reserve_run(alike, now)
+        held = (await store.read([], [first.lease.key], [], now)).in_flight[0]
+        return count, decision.admitted, decision.used, decision.in_flight, held
+
+    assert asyncio.run(run()) == (5, True, (0, 0, 0), 0, 5)
