@@ -20,6 +20,9 @@ from proxy.core.usage import Usage
 __all__ = ["PRICE_KEYS", "Price", "file_prices", "parse_prices", "price_for"]
 
 PER_MILLION: Final = 1_000_000
+# The dearest models cost a few hundred USD per million tokens; a price past this bound is a
+# typo (or a hostile file), and its costs would overflow to inf and NaN in the metrics.
+MAX_PRICE: Final = 10_000.0
 PRICE_KEYS: Final = frozenset({"input", "cached_input", "output"})
 
 
@@ -41,12 +44,27 @@ class Price:
         ) / PER_MILLION
 
 
+class TooDear(Invalid):
+    """A price past ``MAX_PRICE``."""
+
+
 def _amount(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Invalid("must be a number of USD per million tokens")
     if not math.isfinite(value) or value < 0:
         raise Invalid("must be a finite number, 0 or more")
+    if value > MAX_PRICE:
+        raise TooDear(f"must be at most {MAX_PRICE:g} USD per million tokens")
     return float(value)
+
+
+def _per_token(value: object) -> float:
+    """A prices file's USD per token, as USD per million tokens."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Invalid("must be a number of USD per token")
+    if value > MAX_PRICE / PER_MILLION:  # before scaling: 1e303 per token would be inf
+        raise TooDear(f"must be at most {MAX_PRICE:g} USD per million tokens")
+    return _amount(value * PER_MILLION)
 
 
 def parse_prices(ck: Checker, raw: object, path: str = "prices") -> dict[str, Price]:
@@ -75,15 +93,21 @@ def file_prices(data: object) -> dict[str, Price] | str:
     for name, entry in data.items():
         if not isinstance(entry, dict):
             continue
+        costs = [entry.get(key) for key in _FILE_KEYS]
+        if costs[2] is None:
+            costs[2] = costs[0]  # no cache discount given
         try:
-            prompt = _amount(entry.get("input_cost_per_token"))
-            output = _amount(entry.get("output_cost_per_token"))
-            cached_value = entry.get("cache_read_input_token_cost")
-            cached = prompt if cached_value is None else _amount(cached_value)
+            prompt, output, cached = (_per_token(cost) for cost in costs)
+        except TooDear as exc:
+            # A price, and absurd: a mistake in the file, not an entry priced otherwise.
+            return f"model {name!r}: a token price {exc}"
         except Invalid:
             continue
-        prices[str(name)] = Price(prompt * PER_MILLION, cached * PER_MILLION, output * PER_MILLION)
+        prices[str(name)] = Price(prompt, cached, output)
     return prices
+
+
+_FILE_KEYS: Final = ("input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost")
 
 
 def price_for(

@@ -145,6 +145,20 @@ def test_file_prices_takes_only_models_with_token_prices() -> None:
             ["prices.sonnet: required key 'input' is missing"],
         ),
         ("prices: [1]\n", None, ["prices: must be a mapping"]),
+        # Finite, yet every cost of the model would overflow to inf or NaN (issue: prices).
+        (
+            "prices: {sonnet: {input: 1.7e+308, output: 1, cached_input: 10001}}\n",
+            None,
+            [
+                "prices.sonnet.input: must be at most 10000 USD per million tokens",
+                "prices.sonnet.cached_input: must be at most 10000 USD per million tokens",
+            ],
+        ),
+        (
+            "prices_file: p.json\n",
+            {"p.json": b'{"m": {"input_cost_per_token": 1e303, "output_cost_per_token": 0}}'},
+            ["prices_file: model 'm': a token price must be at most 10000 USD per million tokens"],
+        ),
         ("prices_file: p.json\n", {}, ["prices_file: cannot be read: No such file or directory"]),
         (
             "prices_file: p.json\n",

@@ -80,8 +80,15 @@ def test_check_config_prints_routes_and_never_keys() -> None:
                 "teams.t.keys[0]: environment variable NOPE_KEY is not set",
             ],
         ),
+        (
+            # Finite, and every request to the model would end 500 with a cost of inf or NaN.
+            "providers: {p: {base_url: 'http://x'}}\nmodels: {m: {provider: p, model: m}}\n"
+            "teams: {t: {keys: ['sk-team-key-0001'], models: ['*']}}\n"
+            "prices: {m: {input: 1.7e+308, output: 1}}\n",
+            ["prices.m.input: must be at most 10000 USD per million tokens"],
+        ),
     ],
-    ids=["empty sections", "YAML syntax", "two problems at once"],
+    ids=["empty sections", "YAML syntax", "two problems at once", "a price past the bound"],
 )
 def test_check_config_reports_every_problem_without_a_traceback(
     tmp_path: Path, text: str, problems: list[str]
