@@ -112,7 +112,9 @@ class ExpectationFailed(InvalidRequest):
 class ModelNotFound(NotFound):
     def __init__(self, model: str) -> None:
         super().__init__(
-            f"The model '{model}' does not exist", param="model", code="model_not_found"
+            f"The model '{model}' does not exist or you do not have access to it",
+            param="model",
+            code="model_not_found",
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from proxy.core.config import Config, Deployment, Model, Team
-from proxy.core.errors import ModelNotFound, PermissionDenied
+from proxy.core.errors import ModelNotFound
 
 
 def may_use(team: Team, model: str) -> bool:
@@ -40,14 +40,10 @@ class ModelTable:
     def resolve(self, team: Team, model: str) -> Model:
         """The configured model a request names, if the team may use it."""
         found = self._models.get(model)
-        if found is None:
+        # Another team's model is as unknown as one nobody configured, with the same answer
+        # (docs/canonical-output.md section 4): a team cannot learn which names exist.
+        if found is None or model not in self._permitted.get(team.name, ()):
             raise ModelNotFound(model)
-        if model not in self._permitted.get(team.name, ()):
-            raise PermissionDenied(
-                f"Team '{team.name}' may not use model '{model}'",
-                param="model",
-                code="model_not_permitted",
-            )
         return found
 
 

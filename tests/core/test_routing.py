@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from proxy.core.config import Config, Team, parse_config
-from proxy.core.errors import ModelNotFound, PermissionDenied
+from proxy.core.errors import ModelNotFound
 from proxy.core.routing import ModelTable, allowed_models, describe_routes, may_use
 
 CONFIG_YAML = """
@@ -81,13 +81,16 @@ def test_resolve_model_permitted(config: Config, team: str, model: str) -> None:
     ],
 )
 def test_resolve_model_not_permitted(config: Config, team: str, model: str) -> None:
-    with pytest.raises(PermissionDenied) as info:
+    # The same answer as for a model nobody configured: a team cannot learn which names exist.
+    with pytest.raises(ModelNotFound) as info:
         ModelTable(config).resolve(config.teams[team], model)
-    assert info.value.message == f"Team '{team}' may not use model '{model}'"
+    assert info.value.message == (
+        f"The model '{model}' does not exist or you do not have access to it"
+    )
     assert (info.value.param, info.value.code, info.value.http_status) == (
         "model",
-        "model_not_permitted",
-        403,
+        "model_not_found",
+        404,
     )
 
 
@@ -99,7 +102,9 @@ def test_resolve_model_unknown(config: Config, team: str, model: str) -> None:
     # Unknown beats forbidden: a glob that would match the name does not make the model exist.
     with pytest.raises(ModelNotFound) as info:
         ModelTable(config).resolve(config.teams[team], model)
-    assert info.value.message == f"The model '{model}' does not exist"
+    assert info.value.message == (
+        f"The model '{model}' does not exist or you do not have access to it"
+    )
     assert (info.value.code, info.value.http_status) == ("model_not_found", 404)
 
 

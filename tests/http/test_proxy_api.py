@@ -70,9 +70,9 @@ BAD_REQUESTS = [
         "/chat/completions",
         {"model": "gpt-4o", "messages": CHAT},
         SUPPORT_KEY,
-        403,
-        "permission_error",
-        "model_not_permitted",
+        404,
+        "invalid_request_error",
+        "model_not_found",
         "model",
     ),
     (
@@ -613,3 +613,44 @@ async def test_upstream_that_ignores_stream_true_is_streamed(proxy_url: str) -> 
         "total_tokens": 592,
     }
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+# Every path that names a model: (path with {model} where it goes, the body, ditto).
+MODEL_PATHS = [
+    ("/v1/chat/completions", {"model": "{model}", "messages": CHAT}),
+    ("/v1/chat/completions", {"model": "{model}", "messages": CHAT, "stream": True}),
+    ("/v1/completions", {"model": "{model}", "prompt": "Hi"}),
+    ("/v1/embeddings", {"model": "{model}", "input": "Hi"}),
+    ("/v1/responses", {"model": "{model}", "input": "Hi"}),
+    ("/openai/deployments/{model}/chat/completions?api-version=2024-10-21", {"messages": CHAT}),
+    ("/openai/deployments/{model}/completions?api-version=2024-10-21", {"prompt": "Hi"}),
+    ("/openai/deployments/{model}/embeddings?api-version=2024-10-21", {"input": "Hi"}),
+    ("/v1/models/{model}", None),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), MODEL_PATHS)
+async def test_another_team_s_model_is_as_unknown_as_a_model_nobody_has(
+    proxy_url: str, path: str, body: dict[str, Any] | None
+) -> None:
+    """docs/canonical-output.md section 4: the same 404 for both, so that a team cannot learn
+    which model names exist (gpt-4o exists; the support team may not use it)."""
+    answers = []
+    for model in ("gpt-4o", "gpt-4p"):
+        url = proxy_url.removesuffix("/v1") + path.replace("{model}", model)
+        headers = {"Authorization": f"Bearer {SUPPORT_KEY}"}
+        async with aiohttp.ClientSession() as session:
+            if body is None:
+                response = await session.get(url, headers=headers)
+            else:
+                sent = orjson.loads(orjson.dumps(body).replace(b"{model}", model.encode()))
+                response = await session.post(url, json=sent, headers=headers)
+            async with response:
+                error = error_of(await response.read())
+                answers.append((response.status, error))
+        assert answers[-1][0] == 404, answers
+        assert error["code"] == "model_not_found" and error["param"] == "model"
+    (first_status, first), (second_status, second) = answers
+    assert first_status == second_status
+    assert first["message"].replace("gpt-4o", "M") == second["message"].replace("gpt-4p", "M")
+    assert {**first, "message": ""} == {**second, "message": ""}
