@@ -58,7 +58,14 @@ def normalize_embeddings(raw: bytes, ctx: RequestContext) -> Normalized:
             f"The upstream answered with another number of embeddings ({len(data)}) than the"
             f" request has inputs ({len(inputs)})"
         )
-    vectors = _ordered(data, fixes)
+    vectors = [_values(vector, index) for index, vector in enumerate(_ordered(data, fixes))]
+    lengths = {len(vector) for vector in vectors}
+    if len(lengths) > 1:
+        # One model embeds every input in the same space: vectors apart in length are broken.
+        raise UpstreamProtocolError(
+            "The upstream answered with embeddings of different lengths"
+            f" ({min(lengths)} to {max(lengths)} values)"
+        )
     encode = _as_base64 if ctx.encoding == "base64" else _as_floats
     out_data = [
         {"object": "embedding", "index": index, "embedding": encode(vector, index)}
@@ -109,15 +116,21 @@ def _ordered(data: list[Any], fixes: set[str]) -> list[object]:
     return vectors
 
 
-def _as_floats(vector: object, index: int) -> list[float] | list[int | float]:
+def _values(vector: object, index: int) -> list[float] | list[int | float]:
+    """A vector's numbers, checked, whichever encoding the upstream used."""
     if isinstance(vector, str):
         return _decode(vector, index)
     return _finite(vector, index)
 
 
-def _as_base64(vector: object, index: int) -> str:
+def _as_floats(
+    values: list[float] | list[int | float], index: int
+) -> list[float] | list[int | float]:
+    return values
+
+
+def _as_base64(values: list[float] | list[int | float], index: int) -> str:
     # A base64 vector is checked too, then written in the one canonical spelling.
-    values = _decode(vector, index) if isinstance(vector, str) else _finite(vector, index)
     try:
         packed = struct.pack(f"<{len(values)}f", *values)
     except OverflowError:

@@ -7,6 +7,7 @@ and ``encoding_format="float"`` must give the same floats: the upstream's vector
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import struct
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from tests.harness import (
     forget_upstream_requests,
     upstream_requests,
 )
+from tests.hostile import proxied
+from tests.schema import validate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings"
 TWO = ["hello", "goodbye"]
@@ -191,3 +194,33 @@ async def test_bad_embeddings_requests_are_400(
         assert response.status == 400
         error = (await response.json())["error"]
     assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+async def _lengths_apart(request: bytes, writer: asyncio.StreamWriter) -> None:
+    data = [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}]
+    data.append({"object": "embedding", "index": 1, "embedding": [0.5, 0.25, 0.125]})
+    body = orjson.dumps({"object": "list", "data": data, "model": "up"})
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+async def test_vectors_of_different_lengths_are_the_upstream_s_failure(
+    servers: Servers, encoding: str
+) -> None:
+    with proxied(servers, {"lengths-apart": _lengths_apart}) as (upstream, url, _):
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                url + "/embeddings",
+                json={"model": "lengths-apart", "input": TWO, "encoding_format": encoding},
+                headers={"Authorization": f"Bearer {TEAM_KEY}"},
+            ) as response,
+        ):
+            status, body = response.status, await response.json()
+    assert upstream.received["lengths-apart"] > 0
+    assert status == 502, body
+    validate(body, "ErrorResponse")
+    assert "different lengths" in body["error"]["message"]

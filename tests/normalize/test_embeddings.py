@@ -328,6 +328,9 @@ def test_malformed_answer_is_502(raw: bytes, message: str, encoding: str) -> Non
         ([{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [2.0]}], "embedding 0 twice"),
         ([{"index": 0, "embedding": [1.0]}, {"index": 2, "embedding": [2.0]}], "index 2 among 2"),
         ([{"embedding": [1.0]}, {"index": 0, "embedding": [2.0]}], "embedding 0 twice"),
+        # Each input embedded in the same space, or the answer is broken (issue: lengths).
+        ([{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [2.0, 3.0]}], "1 to 2"),
+        ([{"index": 0, "embedding": [1.0, 2.0]}, {"index": 1, "embedding": "AACAPw=="}], "1 to 2"),
     ],
 )
 def test_indices_must_number_the_inputs(data: list[Any], message: str) -> None:
