@@ -8,6 +8,7 @@ that an OpenAI-compatible upstream uses is read here and nowhere else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -81,17 +82,26 @@ def _details(raw: object, keys: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def canonical_usage(raw: object) -> dict[str, Any] | None:
-    """OpenAI's ``CompletionUsage`` from an upstream's usage object, or None if it has no counts."""
+def canonical_usage(
+    raw: object, prompt_estimate: Callable[[], int] | None = None
+) -> dict[str, Any] | None:
+    """OpenAI's ``CompletionUsage`` from an upstream's usage object, or None if it has no counts.
+
+    ``prompt_estimate``: the prompt's tokens, estimated, for a usage whose completion is counted
+    and whose prompt is not (missing, negative, fractional, a string, past 2**53)."""
     if not isinstance(raw, dict):
         return None
     prompt = _first_count(raw, "prompt_tokens", "input_tokens")
     completion = _first_count(raw, "completion_tokens", "output_tokens")
     if prompt is None and completion is None:
         return None
-    prompt = prompt or 0
-    completion = completion or 0
     total = _first_count(raw, "total_tokens")
+    if prompt is None:
+        # The prompt was read all the same: metered as estimated, never as free. The
+        # upstream's total holds the count it garbled, so it is made again from the parts.
+        prompt = prompt_estimate() if prompt_estimate is not None else 0
+        total = None
+    completion = completion or 0
 
     prompt_details = _details(raw.get("prompt_tokens_details"), _PROMPT_DETAILS)
     if "cached_tokens" not in prompt_details:

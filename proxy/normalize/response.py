@@ -21,7 +21,14 @@ from proxy.core.fixes import (
     FIX_TOOL_CALLS,
     FIX_USAGE,
 )
-from proxy.core.usage import Usage, canonical_usage, estimated_usage, prompt_chars, usage_value
+from proxy.core.usage import (
+    Usage,
+    canonical_usage,
+    estimate_tokens,
+    estimated_usage,
+    prompt_chars,
+    usage_value,
+)
 from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.fields import (
     RequestContext,
@@ -121,7 +128,7 @@ def _ordinary(body: dict[str, Any], choices: list[Any], ctx: RequestContext) -> 
     ):
         return None
     raw_usage = body.get("usage")
-    usage = canonical_usage(raw_usage)
+    usage = canonical_usage(raw_usage, lambda: estimate_tokens(prompt_chars(ctx.prompt)))
     if usage is None or usage.keys() != raw_usage.keys():  # type: ignore[union-attr]
         return None
     out: dict[str, Any] = {
@@ -151,6 +158,9 @@ class _Builder:
         self.text_chars = 0
         self.text_events = 0
 
+    def _prompt_estimate(self) -> int:
+        return estimate_tokens(prompt_chars(self.ctx.prompt))
+
     def build(self, body: dict[str, Any], choices: list[Any]) -> Normalized:
         ctx = self.ctx
         if not body.keys() <= _RESPONSE_KEYS:
@@ -158,7 +168,7 @@ class _Builder:
         raw_usage = body.get("usage")
         if raw_usage is None and isinstance(body.get("x_groq"), dict):
             raw_usage = body["x_groq"].get("usage")
-        usage = canonical_usage(raw_usage)
+        usage = canonical_usage(raw_usage, self._prompt_estimate)
         if usage is not None and usage.keys() != raw_usage.keys():  # type: ignore[union-attr]
             self.fixes.add(FIX_USAGE)
 

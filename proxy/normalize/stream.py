@@ -36,6 +36,7 @@ from proxy.core.sse import DONE_FRAME, Event, encode_data, is_done
 from proxy.core.usage import (
     Usage,
     canonical_usage,
+    estimate_tokens,
     estimated_usage,
     prompt_chars,
     sum_usage,
@@ -372,7 +373,7 @@ class StreamNormalizer:
             raw = extension.get("usage") if isinstance(extension, dict) else None
             if raw is None:
                 return
-        usage = canonical_usage(raw)
+        usage = canonical_usage(raw, self._prompt_estimate)
         if usage is None:
             return
         choices = payload.get("choices")
@@ -385,6 +386,9 @@ class StreamNormalizer:
             self._usage = usage
             if choices or not self.ctx.include_usage:
                 self.fixes.add(FIX_USAGE)
+
+    def _prompt_estimate(self) -> int:
+        return estimate_tokens(prompt_chars(self.ctx.prompt))
 
     def _final_usage(self) -> dict[str, Any] | None:
         """The response's usage: its own report, else the sum of its choices' reports."""

@@ -56,13 +56,11 @@ def openai_usage(counts: Mapping[str, object]) -> dict[str, Any] | None:
     fresh, read, written, output = (_count(counts.get(key)) for key in _COUNTS)
     if fresh is None and output is None:
         return None
-    prompt = (fresh or 0) + (read or 0) + (written or 0)
     completion = output or 0  # thinking included, as OpenAI's reasoning tokens are
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+    usage: dict[str, Any] = {"completion_tokens": completion}
+    if fresh is not None:  # else no count of the prompt: the normalizer estimates it
+        prompt = fresh + (read or 0) + (written or 0)
+        usage = {"prompt_tokens": prompt, **usage, "total_tokens": prompt + completion}
     details = {}
     if read is not None:
         details["cached_tokens"] = read

@@ -139,14 +139,13 @@ def _usage(meta: object) -> dict[str, Any] | None:
     thoughts = _count(meta.get("thoughtsTokenCount"))
     if prompt is None and candidates is None and thoughts is None:
         return None  # Vertex's chunks before the last carry only trafficType
-    prompt_tokens = (prompt or 0) + (_count(meta.get("toolUsePromptTokenCount")) or 0)
     completion = (candidates or 0) + (thoughts or 0)
-    total = _count(meta.get("totalTokenCount"))
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": total if total is not None else prompt_tokens + completion,
-    }
+    usage: dict[str, Any] = {"completion_tokens": completion}
+    if prompt is not None:  # else no count of the prompt: the normalizer estimates it
+        prompt_tokens = prompt + (_count(meta.get("toolUsePromptTokenCount")) or 0)
+        total = _count(meta.get("totalTokenCount"))
+        usage["prompt_tokens"] = prompt_tokens
+        usage["total_tokens"] = total if total is not None else prompt_tokens + completion
     cached = _count(meta.get("cachedContentTokenCount"))
     if cached is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": cached}

@@ -56,7 +56,11 @@ def _usage(payload: dict[str, Any]) -> dict[str, Any] | None:
     completion = payload.get("eval_count")
     if prompt is None and completion is None:
         return None
-    return {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0}
+    # Not ``or 0``: a count that is no count ("", -1) is estimated, not taken for a zero.
+    return {
+        "prompt_tokens": 0 if prompt is None else prompt,
+        "completion_tokens": 0 if completion is None else completion,
+    }
 
 
 def _calls(raw: object, first: int) -> list[dict[str, Any]]:
