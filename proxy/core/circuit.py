@@ -1,14 +1,16 @@
 """A circuit breaker for one deployment: pure state, with the time passed in.
 
-    closed ──(in the last ``window`` seconds, at least failure_threshold failures that are at
-              least failure_rate of the attempts)──▶ open
+    closed ──(in the last ``window`` seconds, at least min_requests attempts, of which at
+              least failure_threshold failed, and at least failure_rate)──▶ open
     open ──(cooldown elapsed: allow() lets one probe through)──▶ half_open
     half_open ──(a success)──▶ closed
     half_open ──(a failure)──▶ open, the cooldown restarting
 
 A rate over a window, not N failures in a row: requests that fail by design (a prompt the
 upstream answers with 500, sent again and again by one team) must not take the deployment away
-from every team while others are being answered. What counts as a failure is the caller's
+from every team while others are being answered; and judged only over ``min_requests`` attempts
+at the least, so that a handful of such requests at a quiet time (every attempt in the window
+one team's failing prompt) cannot either. What counts as a failure is the caller's
 decision (``balancer``): only what says the deployment is unhealthy. A 4xx answer is a success
 here: the deployment is up and answering.
 
@@ -42,6 +44,7 @@ class CircuitBreaker:
         "cooldown",
         "failure_rate",
         "failure_threshold",
+        "min_requests",
         "state",
         "window",
     )
@@ -52,6 +55,7 @@ class CircuitBreaker:
         cooldown: float = 30.0,
         window: float = 60.0,
         failure_rate: float = 0.5,
+        min_requests: int = 20,
     ) -> None:
         if failure_threshold < 1:
             raise ValueError("failure_threshold must be at least 1")
@@ -61,10 +65,13 @@ class CircuitBreaker:
             raise ValueError("window must be positive")
         if not 0 < failure_rate <= 1:
             raise ValueError("failure_rate must be above 0 and at most 1")
+        if min_requests < 1:
+            raise ValueError("min_requests must be at least 1")
         self.failure_threshold = failure_threshold
         self.cooldown = cooldown
         self.window = window
         self.failure_rate = failure_rate
+        self.min_requests = min_requests
         self._width = window / BUCKETS
         self.state: CircuitState = "closed"
         # While closed: [bucket number, successes, failures], oldest first.
@@ -121,7 +128,12 @@ class CircuitBreaker:
             for bucket in self._buckets:
                 succeeded += bucket[1]
                 failed += bucket[2]
-            if failed < self.failure_threshold or failed < self.failure_rate * (failed + succeeded):
+            attempts = failed + succeeded
+            if (
+                failed < self.failure_threshold
+                or attempts < self.min_requests
+                or failed < self.failure_rate * attempts
+            ):
                 return None
         self.state, self._probing, self._since = "open", False, now
         self._buckets.clear()

@@ -177,12 +177,14 @@ class RetryPolicy:
 @dataclass(frozen=True, slots=True)
 class Routing:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
-    # A deployment's circuit opens when, within circuit_window seconds, at least
-    # circuit_failures attempts failed and they were circuit_failure_rate of its attempts.
+    # A deployment's circuit opens when, within circuit_window seconds, it had at least
+    # circuit_min_requests attempts, of which at least circuit_failures failed, and they were
+    # circuit_failure_rate of its attempts.
     circuit_failures: int = 5
     circuit_cooldown: float = 30.0
     circuit_window: float = 60.0
     circuit_failure_rate: float = 0.5
+    circuit_min_requests: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,7 +375,7 @@ _MODEL_KEYS = frozenset({"deployments", "reasoning", "max_tokens", "thinking_bud
 _TEAM_KEYS = frozenset({"keys", "models", "limits"})
 _ROUTING_KEYS = frozenset({"attempts", "backoff", "circuit"})
 _BACKOFF_KEYS = frozenset({"base", "max", "retry_after_max"})
-_CIRCUIT_KEYS = frozenset({"failures", "cooldown", "window", "failure_rate"})
+_CIRCUIT_KEYS = frozenset({"failures", "cooldown", "window", "failure_rate", "min_requests"})
 
 
 def _parse_server(ck: Checker, raw: object) -> Server:
@@ -441,6 +443,9 @@ def _parse_routing(ck: Checker, raw: object) -> Routing:
         ),
         circuit_failure_rate=ck.optional(
             circuit, "failure_rate", "routing.circuit", _rate, d.circuit_failure_rate
+        ),
+        circuit_min_requests=ck.optional(
+            circuit, "min_requests", "routing.circuit", _positive_int, d.circuit_min_requests
         ),
     )
 

@@ -167,6 +167,7 @@ def _breaker(kept: CircuitBreaker | None, routing: Routing) -> CircuitBreaker:
         and kept.cooldown == routing.circuit_cooldown
         and kept.window == routing.circuit_window
         and kept.failure_rate == routing.circuit_failure_rate
+        and kept.min_requests == routing.circuit_min_requests
     ):
         return kept
     return CircuitBreaker(
@@ -174,6 +175,7 @@ def _breaker(kept: CircuitBreaker | None, routing: Routing) -> CircuitBreaker:
         routing.circuit_cooldown,
         routing.circuit_window,
         routing.circuit_failure_rate,
+        routing.circuit_min_requests,
     )
 
 

@@ -50,7 +50,7 @@ def ordered(n: int) -> Model:
 
 def breaker(state: str) -> CircuitBreaker:
     """A breaker (threshold 1, cooldown 10) in ``state`` as seen at NOW."""
-    b = CircuitBreaker(failure_threshold=1, cooldown=COOLDOWN)
+    b = CircuitBreaker(failure_threshold=1, cooldown=COOLDOWN, min_requests=1)
     if state == "open":  # opened a second ago
         b.failure(NOW - 1)
     elif state == "cooled":  # open, its cooldown over: the next allow() is a probe
@@ -333,7 +333,7 @@ def test_failover_to_the_next_priority() -> None:
 
 
 def test_a_breaker_that_opens_during_the_request_is_skipped() -> None:
-    real = [CircuitBreaker(failure_threshold=1), CircuitBreaker(failure_threshold=5)]
+    real = [CircuitBreaker(1, min_requests=1), CircuitBreaker(5, min_requests=1)]
     plan = AttemptPlan(ordered(2), real, RetryPolicy(attempts=4), lambda: 0.5)
     tried = []
     while (attempt := plan.next(NOW)) is not None:
@@ -427,7 +427,7 @@ def test_retry_after_is_remembered_per_deployment() -> None:
 
 
 def test_a_breaker_that_cools_down_during_the_request_gets_its_probe() -> None:
-    real = [breaker("closed"), CircuitBreaker(1, COOLDOWN)]
+    real = [breaker("closed"), CircuitBreaker(1, COOLDOWN, min_requests=1)]
     real[1].failure(NOW - COOLDOWN + 1)  # its cooldown ends a second from NOW
     plan = AttemptPlan(ordered(2), real, RetryPolicy(attempts=3), lambda: 0.5)
     assert [plan.next(NOW + t) for t in (0.0, 2.0)] == [

@@ -7,7 +7,7 @@ import pytest
 from proxy.core.circuit import CircuitBreaker
 
 # Each step: (call, now, what it returns, state after). Threshold 3, cooldown 10, window 10 (in
-# buckets of 1 s), failure rate 0.5.
+# buckets of 1 s), failure rate 0.5, judged from 3 attempts on.
 Step = tuple[str, float, object, str]
 OPEN_AT_2: list[Step] = [
     ("failure", 0, None, "closed"),
@@ -111,7 +111,7 @@ SCRIPTS: dict[str, list[Step]] = {
 
 @pytest.mark.parametrize("script", SCRIPTS.values(), ids=SCRIPTS.keys())
 def test_breaker_transitions(script: list[Step]) -> None:
-    breaker = CircuitBreaker(failure_threshold=3, cooldown=10.0, window=10.0)
+    breaker = CircuitBreaker(failure_threshold=3, cooldown=10.0, window=10.0, min_requests=3)
     for i, (call, now, returns, state) in enumerate(script):
         result: object = None
         if call == "release":
@@ -122,7 +122,7 @@ def test_breaker_transitions(script: list[Step]) -> None:
 
 
 def test_threshold_one_opens_on_the_first_failure() -> None:
-    breaker = CircuitBreaker(failure_threshold=1, cooldown=1.0)
+    breaker = CircuitBreaker(failure_threshold=1, cooldown=1.0, min_requests=1)
     assert breaker.failure(0.0) == "open"
     assert not breaker.allow(0.5)
 
@@ -136,7 +136,7 @@ def test_bad_settings_are_refused(threshold: int, cooldown: float) -> None:
 
 
 def test_a_copy_is_independent() -> None:
-    breaker = CircuitBreaker(failure_threshold=1, cooldown=1.0)
+    breaker = CircuitBreaker(failure_threshold=1, cooldown=1.0, min_requests=1)
     breaker.failure(0.0)
     twin = copy.copy(breaker)
     assert twin.allow(5.0)
@@ -149,3 +149,18 @@ def test_a_copy_is_independent() -> None:
 def test_bad_window_settings_are_refused(window: float, rate: float) -> None:
     with pytest.raises(ValueError):
         CircuitBreaker(1, 1.0, window, rate)
+
+
+def test_a_handful_of_failures_at_a_quiet_time_does_not_open() -> None:
+    """Every attempt in the window one team's failing prompt: below min_requests, the rate
+    says nothing yet (issue: one team opening the circuit for every team)."""
+    breaker = CircuitBreaker(failure_threshold=5, cooldown=10.0, min_requests=20)
+    for t in range(19):
+        assert breaker.failure(t / 10) is None
+    assert breaker.state == "closed"
+    assert breaker.failure(2.0) == "open"  # 20 attempts, all failed: the deployment is down
+
+
+def test_min_requests_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        CircuitBreaker(1, 1.0, min_requests=0)

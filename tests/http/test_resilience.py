@@ -147,7 +147,7 @@ async def test_circuit_opens_skips_then_probes(fresh: Servers) -> None:
         routing={
             "attempts": 2,
             "backoff": {"base": 0.0},
-            "circuit": {"failures": 2, "cooldown": 1},
+            "circuit": {"failures": 2, "cooldown": 1, "min_requests": 2},
         },
     )
     labels = {"model": "m", "provider": "emu", "upstream_model": "openai@status=500"}
@@ -170,7 +170,7 @@ async def test_circuit_opens_skips_then_probes(fresh: Servers) -> None:
 async def test_every_deployment_out_is_503(fresh: Servers) -> None:
     url, _ = fresh.start_proxy(
         {"m": {"provider": "down", "model": "x"}},
-        routing={"attempts": 1, "circuit": {"failures": 1, "cooldown": 60}},
+        routing={"attempts": 1, "circuit": {"failures": 1, "cooldown": 60, "min_requests": 1}},
     )
     assert (await post(url, {"model": "m", "messages": CHAT}))[0] == 502
     status, _, raw = await post(url, {"model": "m", "messages": CHAT})

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -285,6 +285,17 @@ async def _by_prompt(request: bytes, writer: asyncio.StreamWriter) -> None:
         writer.write(_next_answer())
 
 
+async def _status(url: str, key: str, model: str, prompt: str, stream: bool = False) -> int:
+    body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": prompt}]}
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + "/chat/completions", json=body, headers=headers) as response,
+    ):
+        await response.read()
+        return response.status
+
+
 async def test_one_team_cannot_open_the_circuit_for_every_team(servers: Servers) -> None:
     upstream = HostileUpstream({"shared": _by_prompt})
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(upstream.start(), servers.loop.loop))
@@ -300,16 +311,8 @@ async def test_one_team_cannot_open_the_circuit_for_every_team(servers: Servers)
             routing={"attempts": 1, "circuit": {"failures": 5, "cooldown": 30}},
         )
 
-        async def ask(key: str, prompt: str, stream: bool = False) -> int:
-            body = {"model": "llama-shared", "stream": stream,
-                    "messages": [{"role": "user", "content": prompt}]}  # fmt: skip
-            headers = {"Authorization": f"Bearer {key}"}
-            async with (
-                aiohttp.ClientSession() as session,
-                session.post(url + "/chat/completions", json=body, headers=headers) as r,
-            ):
-                await r.read()
-                return r.status
+        def ask(key: str, prompt: str, stream: bool = False) -> Awaitable[int]:
+            return _status(url, key, "llama-shared", prompt, stream)
 
         # Support has been answered all along; then research's requests fail by design, five
         # in a row of each kind (the circuit's failures): support is still answered after each.
@@ -326,6 +329,19 @@ async def test_one_team_cannot_open_the_circuit_for_every_team(servers: Servers)
         await asyncio.wrap_future(
             asyncio.run_coroutine_threadsafe(upstream.stop(), servers.loop.loop)
         )
+
+
+async def test_a_handful_of_failing_prompts_at_a_quiet_time_opens_no_circuit(
+    servers: Servers,
+) -> None:
+    """Nobody else has been answered yet: the window holds only one team's failing prompts."""
+    with proxied(
+        servers, {"llama-quiet": _by_prompt}, routing={"attempts": 1, "circuit": {"cooldown": 30}}
+    ) as (upstream, url, _):
+        for _ in range(10):  # twice the default routing.circuit.failures
+            assert await _status(url, TEAM_KEY, "llama-quiet", "poison") == 502
+        assert await _status(url, SUPPORT_KEY, "llama-quiet", "hello") == 200
+        assert upstream.received["llama-quiet"] == 11
 
 
 # --- finding 4: one provider's connections, not every provider's --------------------------
