@@ -26,10 +26,12 @@ COUNTERS: Final = (
     "cost_nanos",
     "unpriced_requests",
 )
+# Redis's largest integer: a field summed past it (``HINCRBY`` would refuse) is held there.
+FIELD_MAX: Final = 2**63 - 1
 # Kept for reports well past their period: two months of days, two years of months.
 DAY_TTL: Final = 62 * 86400
 MONTH_TTL: Final = 25 * 31 * 86400
-_PERIOD: Final = re.compile(r"^(\d{4})-(\d{2})(?:-(\d{2}))?$")
+_PERIOD: Final = re.compile(r"([0-9]{4})-([0-9]{2})(?:-([0-9]{2}))?", re.ASCII)
 
 PeriodKind = Literal["day", "month"]
 
@@ -108,7 +110,7 @@ def parse_period(text: str | None, now: float) -> tuple[PeriodKind, str] | None:
     it is neither."""
     if text is None:
         return "month", window("month", now).id
-    match = _PERIOD.match(text)
+    match = _PERIOD.fullmatch(text)  # not match with $: it also takes a final newline
     if match is None:
         return None
     year, month, day = match.groups()

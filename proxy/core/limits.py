@@ -36,6 +36,13 @@ NANOS_PER_USD: Final = 1_000_000_000
 GRACE_SECONDS: Final = 60
 # When nothing says when a slot frees (a request in flight ends when it ends).
 CONCURRENCY_RETRY: Final = 1
+# The most a counter holds, and the most one request adds to it: the stores' scripts count in
+# Lua's doubles, exact to 2**53, and Redis's integers end at 2**63. A usage an upstream reports
+# beyond it (the proxy trusts its counts) is charged as this much: a spent limit, not a wrap.
+COUNT_MAX: Final = 2**53
+# The most a limit may be (9 million USD in nano-USD, or tokens): under ``COUNT_MAX``, so
+# that a counter at ``COUNT_MAX``, or an amount clamped to it, is always over the limit.
+LIMIT_MAX: Final = 9 * 10**15
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,52 +194,30 @@ class Reservation(NamedTuple):
         return self.amounts[charge.unit]
 
 
-def prompt_estimate(prompt: object) -> int:
-    """The tokens a prompt (messages, a prompt, embeddings' input) is reserved for: its text at
-    about four characters a token (``usage.estimate_tokens``), each token id as one."""
-    if type(prompt) is not list:
-        chars, tokens = _measure(prompt)
-        return tokens + estimate_tokens(chars)
-    # On every request: a chat's messages walked here, only nested parts in _measure.
-    chars = tokens = 0
-    for part in prompt:
-        if type(part) is dict:
-            for key in _TEXT_KEYS:
-                value = part.get(key)
-                if type(value) is str:
-                    chars += len(value)
-                elif value is not None:
-                    c, t = _measure(value)
-                    chars, tokens = chars + c, tokens + t
-        else:
-            c, t = _measure(part)
-            chars, tokens = chars + c, tokens + t
-    return tokens + estimate_tokens(chars)
+def prompt_estimate(size: int, prompt: object = None) -> int:
+    """The tokens a request's prompt is reserved for: its whole body of ``size`` bytes at
+    about four characters a token (``usage.estimate_tokens``), and each token id in ``prompt``
+    (a completions prompt or embeddings input given as ids) as one more.
 
-
-# The keys of a message or part whose values are counted, the others (roles, images) not.
-_TEXT_KEYS: Final = ("content", "text", "prompt")
-
-
-def _measure(value: object) -> tuple[int, int]:
-    if isinstance(value, str):
-        return len(value), 0
-    if isinstance(value, int):
-        return 0, 1
-    chars = tokens = 0
-    if isinstance(value, list):
-        parts: list[object] = value
-    elif isinstance(value, dict):
-        parts = [value[key] for key in _TEXT_KEYS if key in value]
-    else:
-        return 0, 0
-    for part in parts:
-        c, t = _measure(part)
-        chars, tokens = chars + c, tokens + t
-    return chars, tokens
+    The whole body, not its messages alone: tools, schemas, instructions and every other item
+    go upstream with them and are counted as prompt there, so a reservation of the messages
+    alone could be outrun by a body of anything else. Its length is known already, which
+    walking it is not; the estimate that meters an upstream without usage counts text only
+    (``usage.prompt_chars``)."""
+    ids = 0
+    if type(prompt) is list:
+        for part in prompt:
+            if type(part) is int:
+                ids += 1
+            elif type(part) is list:
+                ids += sum(type(item) is int for item in part)
+    return estimate_tokens(size) + ids
 
 
 def nanos(usd: float) -> int:
+    """USD as nano-USD, at most ``COUNT_MAX`` (an infinite or NaN cost too)."""
+    if not usd * NANOS_PER_USD < COUNT_MAX:
+        return COUNT_MAX
     # Rounded up (less a float's error, so that 0.0003 USD is 300000, not 300001): never less.
     return max(0, math.ceil(usd * NANOS_PER_USD - 1e-6))
 
@@ -267,7 +252,7 @@ def request_amounts(
     usd = None if price is None else price.cost(Usage(prompt_tokens, max_tokens, tokens))
     # An unpriced model reserves nothing of a USD budget; the configuration refuses a USD
     # budget on a team that can reach one (proxy.core.limits_config).
-    return usd, (1, tokens, nanos(usd) if usd else 0)
+    return usd, (1, min(tokens, COUNT_MAX), nanos(usd) if usd else 0)
 
 
 def reservation_in(
@@ -282,6 +267,16 @@ def reservation_in(
     concurrency = plan.limits.concurrency
     lease = None if concurrency is None else Lease(plan.lease_key, lease_id, concurrency, deadline)
     return Reservation(team, amounts[1], usd, plan.charges, amounts, lease, plan.shown)
+
+
+def unchecked_in(plan: Plan, team: str) -> Reservation:
+    """The reservation of a request admitted unchecked (the store down, ``on_failure: open``):
+    it took nothing and holds no slot, so that settling it charges all it spent to the
+    windows it ran in, once the store answers again (docs/limits.md)."""
+    return Reservation(team, 0, None, plan.charges, _UNCHECKED)
+
+
+_UNCHECKED: Final = (0, 0, 0)
 
 
 def _plan(team: str, limits: Limits, now: float, windows: Windows) -> Plan:
@@ -416,7 +411,7 @@ def settle(
     rest: the whole usage is charged, whatever was reserved. A window that ended while the
     request ran keeps the reservation; the excess goes to the window ``now`` is in, and a
     refund is dropped (an ended window admits nothing more). The lease is released."""
-    tokens = usage.prompt_tokens + usage.completion_tokens
+    tokens = spent_tokens(usage)
     amounts = reservation.amounts
     corrections: list[Correction] = []
     for charge in reservation.charges:
@@ -435,6 +430,11 @@ def settle(
             current = (windows or window)(charge.period, now)
             corrections.append(Correction(f"{charge.prefix}:{current.id}", delta, expires(current)))
     return Settlement(tuple(corrections), reservation.lease)
+
+
+def spent_tokens(usage: Usage) -> int:
+    """What a usage charges of a tokens limit: at most ``COUNT_MAX``."""
+    return min(usage.prompt_tokens + usage.completion_tokens, COUNT_MAX)
 
 
 def release(reservation: Reservation, now: float) -> Settlement:

@@ -21,7 +21,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from proxy.core.checker import Checker, Invalid, as_number, int_reader, join_path, member, text
-from proxy.core.limits import NO_LIMITS, Budget, Limits
+from proxy.core.limits import LIMIT_MAX, NO_LIMITS, Budget, Limits
 
 OnFailure = Literal["open", "closed"]
 
@@ -44,7 +44,15 @@ BUDGET_KEYS = frozenset({"usd", "tokens", "period"})
 ADMIN_KEYS = frozenset({"keys"})
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
-_count = int_reader(1, None, "must be a positive integer")
+_positive = int_reader(1, None, "must be a positive integer")
+
+
+def _count(value: object) -> int:
+    number = _positive(value)
+    # The stores count in Lua's doubles, exact to 2**53 (``limits.LIMIT_MAX``).
+    if number > LIMIT_MAX:
+        raise Invalid(f"must be at most {LIMIT_MAX}")
+    return number
 
 
 def _timeout(value: object) -> float:

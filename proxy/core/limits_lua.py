@@ -11,7 +11,13 @@ expire on their own. Redis Cluster: every key of one call has the team's hash ta
 
 Two Lua 5.1 traps: ``GET`` of a missing key gives false, not nil; and a number is a double,
 which ``tostring`` writes as ``1e+15`` past 14 digits, which ``INCRBY`` and ``SET`` would not
-take as an integer: numbers go back to Redis as the ARGV strings they came as, or ``%d``.
+take as an integer: numbers go back to Redis as the ARGV strings they came as, or ``%d``,
+and ``%d`` of a double past 2**63 writes -2**63: every counter written is held within
+``limits.COUNT_MAX`` (exact in a double), every ledger field within ``ledger.FIELD_MAX``.
+
+A key that holds what the scripts did not write (not an integer, another type) is that team's
+trouble, not the store's: ``RESERVE`` answers its team with a ``NOTCOUNTER`` error before it
+writes anything; ``SETTLE`` leaves the key as it is, does the rest, and says how many it left.
 """
 
 from __future__ import annotations
@@ -19,9 +25,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from proxy.core.limits import Decision, Reservation, admit
+from proxy.core.ledger import FIELD_MAX
+from proxy.core.limits import COUNT_MAX, Decision, Reservation, admit
 
-RESERVE: Final = """
+# The bounds, in each script: Redis's largest integer as a string, which no double holds.
+_BOUNDS: Final = f"local COUNT_MAX = {COUNT_MAX}\nlocal LEDGER_MAX = '{FIELD_MAX}'\n"
+
+RESERVE: Final = (
+    _BOUNDS
+    + """
 -- One team's reservations of one loop turn, in order, as if each were a call of its own.
 -- KEYS[i], i = 1..n: the charges' counters; KEYS[n + 1], if there is one: the lease set.
 -- ARGV, first what is the same for every request of a team's window: ARGV[1] n; charge i:
@@ -38,14 +50,19 @@ local n = tonumber(ARGV[1])
 local lease_limit = tonumber(ARGV[3 * n + 2])
 local now = ARGV[3 * n + 3]
 local count = tonumber(ARGV[3 * n + 4])
-local limits, units, used, before = {}, {}, {}, {}
+local limits, units, used = {}, {}, {}
 for i = 1, n do
   local key = KEYS[i]
   local limit = tonumber(ARGV[1 + i])
   local unit = tonumber(ARGV[1 + n + i])
   limits[i], units[i] = limit, unit + 1
-  used[i] = tonumber(redis.call('GET', key) or '0')
-  before[i] = used[i]
+  local value = tonumber(redis.call('GET', key) or '0')
+  if value == nil or value ~= value then
+    -- Not a number, nor NaN: not ours. Refused before anything is written (this team's
+    -- answer alone: the key expires with its window, or an operator deletes it).
+    return redis.error_reply('NOTCOUNTER ' .. key .. ' holds no integer')
+  end
+  used[i] = math.min(COUNT_MAX, math.max(0, value))
 end
 local lease_key = KEYS[n + 1]
 local in_flight = 0
@@ -94,9 +111,10 @@ for r = 1, count do
 end
 if taken then
   for i = 1, n do
+    -- What it holds now, as read (bounded) and added to: the script runs alone.
     local key = KEYS[i]
     local expires = ARGV[1 + 2 * n + i]
-    redis.call('INCRBY', key, string.format('%d', used[i] - before[i]))
+    redis.call('SET', key, string.format('%d', used[i]))
     redis.call('EXPIREAT', key, expires)
   end
 end
@@ -109,28 +127,53 @@ if #leases > 0 then
 end
 return table.concat(replies, ' ')
 """
+)
 
-SETTLE: Final = """
+SETTLE: Final = (
+    _BOUNDS
+    + """
 -- One team's settlements (proxy.core.tally): KEYS: n counters, then m lease sets, then h ledger
--- hashes. ARGV[1] n, ARGV[2] m, ARGV[3] h; then for each counter its delta and ttl; for each
--- lease set the count of its members, then them; for each hash its ttl and its count of
--- fields, then each field and its increment. ARGV is read in order, from ARGV[4] on.
+-- hashes, then, for a marked tally, its marker. ARGV[1] n, ARGV[2] m, ARGV[3] h, ARGV[4] the
+-- tally's sequence number (0: unmarked), ARGV[5] the marker's ttl; then for each counter its
+-- delta and ttl; for each lease set the count of its members, then them; for each hash its
+-- ttl and its count of fields, then each field and its increment. ARGV is read in order, from
+-- ARGV[6] on. Returns {1 if applied (0: applied before), keys and fields left alone}.
 local n = tonumber(ARGV[1])
 local m = tonumber(ARGV[2])
 local h = tonumber(ARGV[3])
-local a = 4
+local sequence = tonumber(ARGV[4])
+if sequence > 0 then
+  -- Its sender's tallies are applied in order, each sent again until answered: one whose
+  -- number is not past the last applied was applied (its reply lost). Marked first: a
+  -- script that fails midway is not undone, and what it did must not be done twice.
+  local marker = KEYS[n + m + h + 1]
+  local last = tonumber(redis.call('GET', marker) or '0') or 0
+  if last >= sequence then return {0, 0} end
+  redis.call('SET', marker, ARGV[4], 'EX', ARGV[5])
+end
+local skipped = 0
+local a = 6
 for i = 1, n do
   local key = KEYS[i]
   local delta = tonumber(ARGV[a])
-  local value = tonumber(redis.call('GET', key) or '0')
-  redis.call('SET', key, string.format('%d', math.max(0, value + delta)), 'EX', ARGV[a + 1])
+  local found = redis.pcall('GET', key)
+  local value = nil
+  if found == false then value = 0 elseif type(found) == 'string' then value = tonumber(found) end
+  if value == nil or value ~= value then
+    -- Not a number (nor NaN, which is not equal to itself): not ours; left as it is.
+    skipped = skipped + 1
+  else
+    -- Bounded: %d of a double past 2**63 writes -2**63, which would clear a spent budget.
+    value = math.min(COUNT_MAX, math.max(0, value + delta))
+    redis.call('SET', key, string.format('%d', value), 'EX', ARGV[a + 1])
+  end
   a = a + 2
 end
 for i = 1, m do
   local lease_key = KEYS[n + i]
   local count = tonumber(ARGV[a])
   for j = 1, count do
-    redis.call('ZREM', lease_key, ARGV[a + j])
+    redis.pcall('ZREM', lease_key, ARGV[a + j])
   end
   a = a + count + 1
 end
@@ -140,14 +183,24 @@ for i = 1, h do
   local fields = tonumber(ARGV[a + 1])
   a = a + 2
   for j = 1, fields do
-    redis.call('HINCRBY', hash_key, ARGV[a], ARGV[a + 1])
+    local done = redis.pcall('HINCRBY', hash_key, ARGV[a], ARGV[a + 1])
+    if type(done) == 'table' then
+      -- An integer past Redis's (2**63 - 1, summed over a period) is held there; a field
+      -- or a key that holds what was not written here is left as it is.
+      local found = redis.pcall('HGET', hash_key, ARGV[a])
+      if type(found) == 'string' and string.match(found, '^%d+$') then
+        redis.call('HSET', hash_key, ARGV[a], LEDGER_MAX)
+      else
+        skipped = skipped + 1
+      end
+    end
     a = a + 2
   end
-  redis.call('EXPIRE', hash_key, hash_ttl)
+  redis.pcall('EXPIRE', hash_key, hash_ttl)
 end
-return n
+return {1, skipped}
 """
-
+)
 
 # The most reservations in one RESERVE call: Lua's unpack of their leases has a bound.
 RESERVE_BATCH: Final = 256

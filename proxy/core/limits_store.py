@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.ledger import Entry
-from proxy.core.limits import Decision, Reservation, Settlement, admit
+from proxy.core.ledger import FIELD_MAX, Entry
+from proxy.core.limits import COUNT_MAX, Decision, Reservation, Settlement, admit
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +73,22 @@ class MemoryStore:
                 self.counters[keys[i]] = (used[i], expiries[i])
         return reply
 
-    def eval_settle(self, keys: Sequence[str], args: Sequence[str], now: float) -> None:
-        """SETTLE (``limits_lua``), at ``now`` (for the keys' expiry, as Redis's clock)."""
+    def eval_settle(self, keys: Sequence[str], args: Sequence[str], now: float) -> list[int]:
+        """SETTLE (``limits_lua``), at ``now`` (for the keys' expiry, as Redis's clock): its
+        reply, [1 if applied (0: a marked tally applied before), keys left alone (none here:
+        this store holds nothing it did not write)]."""
         n, m, h = int(args[0]), int(args[1]), int(args[2])
-        a = 3
+        sequence = int(args[3])
+        if sequence > 0:
+            marker = keys[n + m + h]
+            if self.value(marker, now) >= sequence:
+                return [0, 0]
+            self.counters[marker] = (sequence, now + int(args[4]))
+        a = 5
         for i in range(n):
             key = keys[i]
             value = self.value(key, now) + int(args[a])
-            self.counters[key] = (max(0, value), now + int(args[a + 1]))
+            self.counters[key] = (min(COUNT_MAX, max(0, value)), now + int(args[a + 1]))
             a += 2
         for i in range(m):
             held = self.leases.get(keys[n + i], {})
@@ -95,9 +103,10 @@ class MemoryStore:
             found = self.hashes.get(key)
             fields = found[0] if found is not None and found[1] > now else {}
             for _ in range(count):
-                fields[args[a]] = fields.get(args[a], 0) + int(args[a + 1])
+                fields[args[a]] = min(FIELD_MAX, fields.get(args[a], 0) + int(args[a + 1]))
                 a += 2
             self.hashes[key] = (fields, now + ttl)
+        return [1, 0]
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -172,7 +181,7 @@ class MemoryStore:
         for key, delta, expires in settlement.corrections:
             counted = counters.get(key)  # ``value``, inline: on every request
             before = counted[0] if counted is not None and counted[1] > now else 0
-            counters[key] = (max(0, before + delta), expires)
+            counters[key] = (min(COUNT_MAX, max(0, before + delta)), expires)
         lease = settlement.lease
         if lease is not None:
             held = self.leases.get(lease.key)
@@ -184,7 +193,7 @@ class MemoryStore:
             found = self.hashes.get(key)
             fields = found[0] if found is not None and found[1] > now else {}
             for name, increment in entry.fields:
-                fields[name] = fields.get(name, 0) + increment
+                fields[name] = min(FIELD_MAX, fields.get(name, 0) + increment)
             self.hashes[key] = (fields, now + ttl)
 
     # --- one message of the supervisor's protocol ------------------------------------------
@@ -198,8 +207,7 @@ class MemoryStore:
             if op == "reserve":  # the script's ARGV in two: the team's window's, the request's
                 return self.eval_reserve(message[1], [*message[2], *message[3]])
             if op == "settle":
-                self.eval_settle(message[1], message[2], now)
-                return None
+                return self.eval_settle(message[1], message[2], now)
             if op == "read":
                 snapshot = self.read(message[1], message[2], message[3], float(message[4]))
                 return [snapshot.values, snapshot.in_flight, snapshot.hashes]

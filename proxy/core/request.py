@@ -32,6 +32,9 @@ class ClientRequest:
     max_tokens: int | None
     n: int
     prompt: object  # the messages or the prompt, measured only for a usage estimate
+    # The client's body in bytes: everything that goes upstream with the prompt (tools,
+    # schemas, instructions) is prompt too, so its size bounds the prompt's reservation.
+    size: int
     # The most chat choices relayed (0: no bound): the n the client set, else CHOICES_MAX.
     choices: int = 0
     # Embeddings: the encoding_format the client asked for, whatever the upstream sends.
@@ -125,7 +128,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, *, model: str | None = None) -
         raise _wrong_type("model", "a non-empty string")
 
     if endpoint == "embeddings":
-        return _embeddings_request(body, model)
+        return _embeddings_request(body, model, len(raw))
     if endpoint == "chat":
         messages = body.get("messages")
         if messages is None:
@@ -164,19 +167,24 @@ def parse_request(raw: bytes, endpoint: Endpoint, *, model: str | None = None) -
         if not isinstance(include_usage, bool):
             raise _wrong_type("stream_options.include_usage", "a boolean")
 
-    max_tokens = _optional_int(body, "max_completion_tokens", 0)
+    # OpenAI refuses a chat completion of 0 tokens; its legacy completions take max_tokens 0
+    # (the prompt's logprobs alone, with echo), reserved at the model's ceiling all the same.
+    least = 1 if endpoint == "chat" else 0
+    max_tokens = _optional_int(body, "max_completion_tokens", least)
+    legacy = _optional_int(body, "max_tokens", least)
     if max_tokens is None:
-        max_tokens = _optional_int(body, "max_tokens", 0)
+        max_tokens = legacy
     n = _optional_int(body, "n", 1) or 1
     # A client that set n gets that many chat choices, and no more; one that did not may get
     # more than one, as the upstream's default n brings (never merged), up to a bound.
     choices = (n if "n" in body else CHOICES_MAX) if endpoint == "chat" else 0
+    include_usage = include_usage and stream
     return ClientRequest(
-        endpoint, body, model, stream, include_usage and stream, max_tokens, n, prompt, choices
+        endpoint, body, model, stream, include_usage, max_tokens, n, prompt, len(raw), choices
     )
 
 
-def _embeddings_request(body: dict[str, Any], model: str) -> ClientRequest:
+def _embeddings_request(body: dict[str, Any], model: str, size: int) -> ClientRequest:
     """An embeddings request (CreateEmbeddingRequest): it never streams, and its input is the
     prompt measured for a usage estimate."""
     value = body.get("input")
@@ -199,7 +207,9 @@ def _embeddings_request(body: dict[str, Any], model: str) -> ClientRequest:
     _optional_int(body, "dimensions", 1)
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise _wrong_type("user", "a string")
-    return ClientRequest("embeddings", body, model, False, False, None, 1, value, encoding=encoding)
+    return ClientRequest(
+        "embeddings", body, model, False, False, None, 1, value, size, encoding=encoding
+    )
 
 
 def _check_input(value: object) -> None:

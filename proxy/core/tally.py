@@ -10,6 +10,13 @@ the store lost).
 An ended request is summed as it comes (``finished``): what it spent, per reservation of the
 same charges and amounts, and its usage, per model, turned into corrections and ledger fields
 once per batch (``calls``), not a ``Settlement`` and an ``Entry`` a request.
+
+Every integer a call carries is at most ``limits.COUNT_MAX`` in size, however large the usage an
+upstream reported: the scripts count in Lua's doubles and Redis's 64-bit integers.
+
+A tally the limiter may send more than once (its reply lost: it may have been applied) is
+``mark``-ed first with its worker's id and a sequence number: each team's call then carries a
+marker that ``SETTLE`` checks, so that a tally is applied once however often it is sent.
 """
 
 from __future__ import annotations
@@ -17,17 +24,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
 from proxy.core.ledger import COUNTERS, TTLS, Entry, field_names
 from proxy.core.limits import (
+    COUNT_MAX,
     NANOS,
     REQUESTS,
     Charge,
     Reservation,
     Settlement,
     Windows,
+    key_prefix,
     nanos,
     settle,
+    spent_tokens,
 )
 from proxy.core.usage import Usage
 
@@ -36,6 +47,9 @@ from proxy.core.usage import Usage
 _Spent = tuple[tuple[Charge, ...], tuple[int, int, int], float, list[int]]
 _NOTHING = Usage()
 _Fields = tuple[tuple[int, ...], dict[str, int]]  # a ledger hash's TTLs and increments
+# How long a marked tally's marker is kept: a tally sent again later than this (its store
+# unreachable for a day, its worker alive) could count twice.
+MARKER_SECONDS: Final = 86400
 
 
 @dataclass(slots=True)
@@ -48,14 +62,27 @@ class _Team:
     # ledger's COUNTERS.
     spent: dict[tuple[int, tuple[int, int, int]], _Spent] = field(default_factory=dict)
     used: dict[tuple[tuple[str, str], str], list[int]] = field(default_factory=dict)
+    count: int = 0  # the settlements it holds
 
 
 class Tally:
-    __slots__ = ("_teams", "count")
+    __slots__ = ("_teams", "count", "marked")
 
     def __init__(self) -> None:
         self._teams: dict[str, _Team] = {}
         self.count = 0  # the requests it holds
+        # (its sender's id, its sequence number): set before it is first sent, after which
+        # nothing may be added (``mark``).
+        self.marked: tuple[str, int] | None = None
+
+    def mark(self, sender: str, sequence: int) -> None:
+        """Marked as the ``sequence``-th tally (from 1) of ``sender`` (a worker's id): each
+        team's call applies it only if no later one of the sender's was applied (``SETTLE``)."""
+        self.marked = (sender, sequence)
+
+    def teams(self) -> list[tuple[str, int]]:
+        """Each team of ``calls``, in their order, and the settlements it holds."""
+        return [(team, held.count) for team, held in self._teams.items()]
 
     @classmethod
     def of(cls, calls: Iterable[tuple[str, Settlement, Entry | None]]) -> Tally:
@@ -68,6 +95,7 @@ class Tally:
     def add(self, team: str, settlement: Settlement, entry: Entry | None) -> None:
         held = self._held(team)
         self.count += 1
+        held.count += 1
         _correct(held.counters, settlement.corrections)
         lease = settlement.lease
         if lease is not None:
@@ -96,6 +124,7 @@ class Tally:
         nothing (refused upstream, or never sent)."""
         held = self._held(team)
         self.count += 1
+        held.count += 1
         spent_nanos = 0 if cost is None else nanos(cost)
         if reservation is not None:
             lease = reservation.lease
@@ -112,7 +141,7 @@ class Tally:
                 sums = found[3]
                 sums[0] += 1
                 if usage is not None:
-                    sums[1] += usage.prompt_tokens + usage.completion_tokens
+                    sums[1] += spent_tokens(usage)
                     # Unpriced: the reservation stands, never zero (``settle``).
                     sums[2] += amounts[NANOS] if cost is None else spent_nanos
             else:
@@ -140,7 +169,8 @@ class Tally:
         """SETTLE's KEYS and ARGV, one call per team, sent at ``now`` (a counter's TTL is
         from it to the key's expiry)."""
         made = []
-        for held in self._teams.values():
+        marked = self.marked
+        for team, held in self._teams.items():
             summed, ledger = _sums(held)
             counters = [(k, v) for k, v in summed.items() if v[0]]
             hashes = [
@@ -151,7 +181,13 @@ class Tally:
             ]
             keys = [k for k, _ in counters] + list(held.leases) + [key for key, _, _ in hashes]
             args = [str(len(counters)), str(len(held.leases)), str(len(hashes))]
+            if marked is None:
+                args += ["0", "0"]
+            else:
+                keys.append(marker_key(team, marked[0]))
+                args += [str(marked[1]), str(MARKER_SECONDS)]
             for _, (delta, expires) in counters:
+                delta = max(-COUNT_MAX, min(delta, COUNT_MAX))
                 args += [str(delta), str(max(1, math.ceil(expires - now)))]
             for members in held.leases.values():
                 args.append(str(len(members)))
@@ -159,7 +195,7 @@ class Tally:
             for _, ttl, fields in hashes:
                 args += [str(ttl), str(len(fields))]
                 for name, value in fields.items():
-                    args += [name, str(value)]
+                    args += [name, str(min(value, COUNT_MAX))]
             made.append((keys, args))
         return made
 
@@ -168,6 +204,11 @@ class Tally:
         if held is None:
             held = self._teams[team] = _Team()
         return held
+
+
+def marker_key(team: str, sender: str) -> str:
+    """Where ``SETTLE`` keeps the sequence number of ``sender``'s last tally applied."""
+    return key_prefix(team, f"settled:{sender}")
 
 
 def _correct(counters: dict[str, list[int]], corrections: Iterable[tuple[str, int, int]]) -> None:

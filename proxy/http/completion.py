@@ -233,22 +233,29 @@ def _admit(
     model: Model,
     client_request: ClientRequest,
     exchange: Exchange,
-) -> Coroutine[None, None, Reservation | None]:
-    """The team's reservation for the request (docs/limits.md): its prompt, estimated, and
-    its ceiling of completion tokens, the client's ``max_tokens`` or else the model's. Not a
-    coroutine of its own: the limiter's is awaited, one frame fewer to resume."""
+) -> Coroutine[None, None, Reservation]:
+    """The team's reservation for the request (docs/limits.md): its prompt, estimated from its
+    whole body, and its ceiling of completion tokens, the client's ``max_tokens`` or else the
+    model's. Not a coroutine of its own: the limiter's is awaited, one frame fewer to resume."""
     limits = team.limits
     plan = runtime.plans[model.name]
     ceiling = client_request.max_tokens
-    if client_request.endpoint == "embeddings":
+    endpoint = client_request.endpoint
+    if endpoint == "embeddings":
         ceiling = 0
-    elif ceiling is None:
+    elif not ceiling:
+        # 0 as well as none: an upstream may take 0 for "no limit" (legacy completions let a
+        # client send it), and the reservation must bound what it then writes.
         ceiling = model.max_tokens
-    counts_tokens = limits.tokens_per_minute is not None or limits.budget is not None
+    prompt = 0
+    if limits.tokens_per_minute is not None or limits.budget is not None:
+        # Chat's messages hold no token ids: not walked, on every request.
+        ids = None if endpoint == "chat" else client_request.prompt
+        prompt = prompt_estimate(client_request.size, ids)
     return limiter.admit(
         team,
         exchange,
-        prompt_tokens=prompt_estimate(client_request.prompt) if counts_tokens else 0,
+        prompt_tokens=prompt,
         max_tokens=ceiling * max(1, client_request.n),
         price=plan.price,
         lease_seconds=plan.lease_seconds,

@@ -5,16 +5,20 @@ settles what it spent once it has ended, off the request's path: settlements are
 a queue of tallies (``proxy.core.tally``) of up to ``BATCH`` requests, and one task sends
 each as one call per team. A store that fails is left alone for ``RETRY_SECONDS`` (no request
 waits on it meanwhile) while ``state.on_failure`` decides: open admits unchecked, closed answers
-503. Settlements made meanwhile wait in the queue and go out once it answers again; those whose
-call timed out are not sent again, since the store may have applied them.
+503. Settlements made meanwhile wait in the queue and go out once it answers again; so do those
+whose call was cut or timed out: each tally is marked with the worker's id and a sequence
+number before it is first sent, and the store applies a marked tally once however often it
+comes (``tally.Tally.mark``). A call refused for what one team's keys hold (``StoreDataError``)
+is that team's: logged, counted, answered by ``on_failure`` for its request alone; the store
+is not taken for down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,6 +37,7 @@ from proxy.core.limits import (
     request_amounts,
     reservation_in,
     settle,
+    unchecked_in,
 )
 from proxy.core.limits_config import State
 from proxy.core.limits_view import probe, view
@@ -41,7 +46,14 @@ from proxy.core.tally import Tally
 from proxy.core.usage import Usage
 from proxy.http.prefetcher import Prefetcher
 from proxy.http.redis_store import RedisStore
-from proxy.http.stores import LocalStore, Settle, Store, StoreUnavailable, WorkerStore
+from proxy.http.stores import (
+    LocalStore,
+    Settle,
+    Store,
+    StoreDataError,
+    StoreUnavailable,
+    WorkerStore,
+)
 
 log = logging.getLogger("proxy.limits")
 
@@ -53,6 +65,9 @@ BATCH: Final = 256
 QUEUE_MAX: Final = 100_000
 # How often the remaining allowances are read for the gauges.
 GAUGE_SECONDS: Final = 15.0
+# A team's keys that hold what they should not are logged at most this often (each call is
+# counted in ``llm_proxy_state_errors_total``).
+SAY_SECONDS: Final = 60.0
 _NO_SETTLEMENT: Final = Settlement((), None)
 _NOTHING: Final = Usage()
 
@@ -100,6 +115,10 @@ class Limiter:
         self._tasks: list[asyncio.Task[None]] = []
         self._local = store if isinstance(store, LocalStore) else None
         self._rng = random.Random()
+        # This worker's tallies' marks: who sent them, and how many it has (``Tally.mark``).
+        self._sender = self.lease_member()
+        self._sequence = 0
+        self._said: dict[str, float] = {}  # configured team -> when its trouble may be said again
         self.windows = Windows()
         self.ledger = Ledger(self.windows)
         # With a shared store, the reservations made ahead (``proxy.core.prefetch``).
@@ -127,16 +146,19 @@ class Limiter:
         """Send what is still queued (within the store's timeout), then close the store."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # Whatever a task died of, what is queued is still sent: shutdown goes on.
+        for ended in await asyncio.gather(*self._tasks, return_exceptions=True):
+            if isinstance(ended, Exception):
+                log.error("a limits task had failed", exc_info=ended)
         self._tasks.clear()
         if self._ahead is not None:
             # Reservations under way are awaited, to be given back, rather than lost.
             await self._ahead.close()
         if self._queue and self._usable():
-            with contextlib.suppress(StoreUnavailable):
+            try:
                 await self._send_batches()
+            except StoreUnavailable as exc:
+                self._failed("settle", exc)
         if self._queue:
             log.warning("%d settlements were not sent: the state store is down", len(self._queue))
         await self.store.close()
@@ -152,10 +174,11 @@ class Limiter:
         max_tokens: int,
         price: Price | None,
         lease_seconds: float,
-    ) -> Reservation | None:
-        """The request's reservation, or None when it is admitted unchecked (the store is
-        down and on_failure is open). Over a limit: ``RateLimited``; the store down and
-        on_failure closed: ``ServiceUnavailable``. Sets the x-ratelimit headers."""
+    ) -> Reservation:
+        """The request's reservation; admitted unchecked (the store down and on_failure open),
+        one that took nothing (``unchecked_in``), so that what it spends is charged when it is
+        settled. Over a limit: ``RateLimited``; the store down and on_failure closed:
+        ``ServiceUnavailable``. Sets the x-ratelimit headers."""
         now = time.time()
         limits = team.limits
         usd, amounts = request_amounts(prompt_tokens, max_tokens, price)
@@ -170,8 +193,8 @@ class Limiter:
             )
             decision = self._local.memory.reserve(reservation, now)
         elif not self._usable():
-            self._unchecked()
-            return None
+            self._unchecked(False)
+            return unchecked_in(plan, team.name)
         else:
             taken = None
             if ahead is not None and self.up:
@@ -188,8 +211,8 @@ class Limiter:
                     decision = await self.store.reserve(reservation, now)
                 except StoreUnavailable as exc:
                     self._failed("reserve", exc)
-                    self._unchecked()
-                    return None
+                    self._unchecked(isinstance(exc, StoreDataError))
+                    return unchecked_in(plan, team.name)
                 if ahead is not None:
                     ahead.answered(reservation, decision, now)
         if not self.up:
@@ -244,7 +267,7 @@ class Limiter:
         self._queued += 1
         if queue:
             last = queue[-1]
-            if last.count < BATCH:
+            if last.count < BATCH and last.marked is None:  # marked: sent, maybe applied
                 return last
         if self._queued > self._queue_max and queue:
             dropped = queue.popleft()
@@ -256,11 +279,13 @@ class Limiter:
             self._wake()
         return last
 
-    def _unchecked(self) -> None:
-        """Admitted unchecked (on_failure open), or refused (closed)."""
+    def _unchecked(self, refused: bool) -> None:
+        """Admitted unchecked (on_failure open), or refused (closed); ``refused``: the store
+        answered, but not for this team's keys (``StoreDataError``)."""
         if self.state.on_failure == "closed":
+            why = "refused this team's counters" if refused else "is unreachable"
             raise ServiceUnavailable(
-                "Team limits cannot be checked now: the state store is unreachable",
+                f"Team limits cannot be checked now: the state store {why}",
                 code="limits_unavailable",
             )
 
@@ -270,8 +295,11 @@ class Limiter:
         return self.up or time.monotonic() >= self._retry_at
 
     def _failed(self, operation: str, exc: StoreUnavailable) -> None:
-        self._retry_at = time.monotonic() + RETRY_SECONDS
         self.events.state_failed(operation)
+        if isinstance(exc, StoreDataError):
+            self._refused(operation, exc)
+            return
+        self._retry_at = time.monotonic() + RETRY_SECONDS
         if self.up:
             self.up = False
             if self._ahead is not None:
@@ -284,6 +312,19 @@ class Limiter:
                 "admitted unchecked" if self.state.on_failure == "open" else "refused (503)",
             )
             self.events.state_changed(False)
+
+    def _refused(self, operation: str, exc: StoreDataError) -> None:
+        """One team's keys hold what they should not: said (at most every ``SAY_SECONDS``
+        per team), and the settlements it lost counted; the store stays up for the others."""
+        if exc.dropped:
+            self.events.settlements_dropped(exc.dropped)
+        now = time.monotonic()
+        said = self._said
+        fresh = [team for team in exc.teams or ("",) if now >= said.get(team, -math.inf)]
+        if fresh:
+            for team in fresh:
+                said[team] = now + SAY_SECONDS
+            log.warning("state store (%s) refused %s: %s", self.store.kind, operation, exc)
 
     def _answered(self) -> None:
         if not self.up:
@@ -315,15 +356,19 @@ class Limiter:
             # Taken out of the queue while it is sent: what ends meanwhile goes to a new one.
             tally = self._queue.popleft()
             self._queued -= tally.count
+            if tally.marked is None:
+                # Marked before it is first sent: a call cut or timed out, perhaps applied, is
+                # sent again, and the store applies it once (``Tally.mark``).
+                self._sequence += 1
+                tally.mark(self._sender, self._sequence)
             try:
                 await self.store.settle_many(tally)
-            except StoreUnavailable as exc:
-                if not exc.sent:
-                    # Sums: put back in front, it adds up the same whatever joins it later.
-                    self._queue.appendleft(tally)
-                    self._queued += tally.count
-                else:
-                    self.events.settlements_dropped(tally.count)
+            except StoreDataError as exc:
+                self._failed("settle", exc)  # the others' were applied; this team's said
+            except BaseException:
+                # Cut, timed out, or cancelled (closing): in front again, for the next try.
+                self._queue.appendleft(tally)
+                self._queued += tally.count
                 raise
             self._answered()
 
@@ -358,9 +403,11 @@ class Limiter:
             if limited and self._usable():
                 try:
                     shown = await self.limits(limited)
-                except StoreUnavailable as exc:
-                    self._failed("read", exc)
-                else:
                     self._answered()
                     self.events.limits_seen(shown)
+                except StoreUnavailable as exc:
+                    self._failed("read", exc)
+                except Exception:
+                    # Never the end of the gauges: the next reading may do.
+                    log.exception("reading the limits for the gauges failed")
             await asyncio.sleep(GAUGE_SECONDS)

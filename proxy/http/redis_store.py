@@ -3,6 +3,10 @@
 The scripts of ``proxy.core.limits_lua`` by EVALSHA, over one pipelined connection of our own
 (``proxy.http.resp``). A request's reservation waits for the turn of the loop to end, and goes
 out with the others of its team made in that turn, in one RESERVE call.
+
+An error reply is the store's failure only when it says the server serves nobody now
+(``_DOWN``: loading, busy, out of memory, a replica, ...); any other is the call's, from what
+its team's keys hold (``StoreDataError``): the other teams are not affected.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import hashlib
 import time
 from collections.abc import Coroutine, Sequence
 from functools import partial
+from typing import Final
 
 from proxy.core.limits import Decision, Reservation, release
 from proxy.core.limits_lua import (
@@ -42,6 +47,7 @@ from proxy.http.stores import (
     Connected,
     Settle,
     Shape,
+    StoreDataError,
     StoreUnavailable,
     same_shape,
     shape,
@@ -50,6 +56,13 @@ from proxy.http.stores import (
 
 # A waiter's part of a RESERVE reply: its run's integers (``limits_lua``).
 Waiters = list["asyncio.Future[list[int]]"]
+
+# The error replies of a server that serves nobody now (Redis's own prefixes): whatever the
+# call, it was not run, and may be sent again once the server answers.
+_DOWN: Final = frozenset(
+    {"ASK", "BUSY", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "MISCONF", "MOVED", "NOAUTH",
+     "NOPERM", "NOREPLICAS", "NOSCRIPT", "OOM", "READONLY", "TRYAGAIN", "WRONGPASS"}
+)  # fmt: skip
 
 
 class _Batch:
@@ -186,7 +199,7 @@ class RedisStore(Connected[Reply]):
             if error is None:
                 (reply,) = await self._send(command, 1)
             if isinstance(reply, ReplyError):
-                (reply,) = await self._reloaded(RESERVE, command, reply)
+                (reply,) = await self._reloaded(RESERVE, command, reply, _teams(batch))
         except StoreUnavailable as exc:
             _fail(batch.waiters, exc)
         except BaseException:
@@ -247,7 +260,25 @@ class RedisStore(Connected[Reply]):
         task.add_done_callback(self._later.discard)
 
     async def settle_many(self, tally: Tally) -> None:
-        await self._scripts(SETTLE, tally.calls(time.time()))
+        """Each team's SETTLE. A server down for every call: ``StoreUnavailable`` (a marked
+        tally may be sent again whole: what was applied is not applied twice). A team's call
+        refused, or keys of its left alone: ``StoreDataError``, once the others are applied."""
+        replies = await self._scripts(SETTLE, tally.calls(time.time()))
+        for reply in replies:
+            if isinstance(reply, ReplyError) and _down(reply):
+                raise StoreUnavailable(f"Redis: {reply}", sent=True)
+        said, teams, dropped = [], [], 0
+        for (team, count), reply in zip(tally.teams(), replies, strict=True):
+            if isinstance(reply, ReplyError):
+                said.append(f"{team}'s settlements: {reply}")
+                teams.append(team)
+                dropped += count
+            elif isinstance(reply, list) and len(reply) == 2 and reply[1] != 0:
+                said.append(f"{team}'s settlements left {reply[1]!r} keys or fields alone")
+                teams.append(team)
+        if said:
+            raise StoreDataError(f"Redis holds what it should not: {'; '.join(said)}",
+                                 tuple(teams), dropped)  # fmt: skip
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
@@ -260,19 +291,24 @@ class RedisStore(Connected[Reply]):
         in_flight = replies[len(counters) : len(counters) + len(leases)]
         found = replies[len(counters) + len(leases) :]
         return Snapshot(
-            tuple(_integer(v) if v is not None else 0 for v in values),
-            tuple(_integer(v) for v in in_flight),
-            tuple(_pairs(h) for h in found),
+            tuple(
+                _integer(v, k) if v is not None else 0
+                for k, v in zip(counters, values, strict=True)
+            ),
+            tuple(_integer(v, k) for k, v in zip(leases, in_flight, strict=True)),
+            tuple(_pairs(h, k) for k, h in zip(hashes, found, strict=True)),
         )
 
-    async def _reloaded(self, script: str, command: bytes, error: ReplyError) -> list[Reply]:
+    async def _reloaded(
+        self, script: str, command: bytes, error: ReplyError, teams: tuple[str, ...]
+    ) -> list[Reply]:
         """The replies to an EVALSHA that was answered ``error``: sent again once the script
         is loaded, if the server had lost it (NOSCRIPT); else ``StoreUnavailable``."""
         if error.kind != "NOSCRIPT":
             # A script that failed midway is not undone: not sent again.
-            raise StoreUnavailable(f"Redis: {error}", sent=True)
+            raise refusal(error, teams)
         _checked(await self._call([["SCRIPT", "LOAD", script]]))
-        return _checked(await self._send(command, 1))
+        return _checked(await self._send(command, 1), teams)
 
     async def _scripts(
         self, script: str, calls: Sequence[tuple[list[str], list[str]]]
@@ -294,7 +330,7 @@ class RedisStore(Connected[Reply]):
             resent = await self._send(b"".join([commands[i] for i in again]), len(again))
             for i, reply in zip(again, resent, strict=True):
                 replies[i] = reply
-        return _checked(replies)
+        return replies
 
     async def _call(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
         return await self._send(b"".join([pack(command) for command in commands]), len(commands))
@@ -307,31 +343,60 @@ def _fail(waiters: Waiters, failure: StoreUnavailable) -> None:
     for waiter in waiters:
         if not waiter.done():
             # One exception each: raised in several tasks, one would gather all their frames.
-            waiter.set_exception(StoreUnavailable(str(failure), sent=failure.sent))
+            if isinstance(failure, StoreDataError):
+                waiter.set_exception(StoreDataError(str(failure), failure.teams))
+            else:
+                waiter.set_exception(StoreUnavailable(str(failure), sent=failure.sent))
 
 
-def _checked(replies: list[Reply]) -> list[Reply]:
+def _teams(batch: _Batch) -> tuple[str, ...]:
+    return (batch.runs[0][0].team,) if batch.runs else ()
+
+
+def _down(error: ReplyError) -> bool:
+    # Not a prefix of its own: the server took no more connections, and closes this one.
+    return error.kind in _DOWN or str(error).startswith("ERR max number of clients")
+
+
+def refusal(error: ReplyError, teams: tuple[str, ...] = ()) -> StoreUnavailable:
+    """An error reply as the store's failure, or as its call's (``StoreDataError``)."""
+    if _down(error):
+        return StoreUnavailable(f"Redis: {error}", sent=True)
+    return StoreDataError(f"Redis: {error}", teams)
+
+
+def _checked(replies: list[Reply], teams: tuple[str, ...] = ()) -> list[Reply]:
     for reply in replies:
         if isinstance(reply, ReplyError):
             # Answered: the other calls sent with it were applied, and a script that failed
             # midway is not undone. Sent again, they would count twice.
-            raise StoreUnavailable(f"Redis: {reply}", sent=True)
+            raise refusal(reply, teams)
     return replies
 
 
-def _integer(reply: Reply) -> int:
+def _integer(reply: Reply, key: str) -> int:
+    # What a key holds that the scripts did not write: this key's trouble (its team's), not
+    # the store's failure, nor a traceback.
     if isinstance(reply, int):
         return reply
     if isinstance(reply, bytes):
-        return int(reply)
-    raise StoreUnavailable(f"Redis answered {reply!r} for a number")
+        try:
+            return int(reply)
+        except ValueError:
+            pass
+    raise StoreDataError(f"Redis holds {_shown(reply)} at {key}, not an integer", ())
 
 
-def _pairs(reply: Reply) -> dict[str, int]:
+def _pairs(reply: Reply, key: str) -> dict[str, int]:
     """HGETALL's flat list of field, value, field, value, ... as a dict."""
-    if not isinstance(reply, list):
+    if not isinstance(reply, list) or len(reply) % 2:
         return {}
     return {
-        k.decode() if isinstance(k, bytes) else str(k): _integer(v)
+        k.decode(errors="replace") if isinstance(k, bytes) else str(k): _integer(v, key)
         for k, v in zip(reply[::2], reply[1::2], strict=True)
     }
+
+
+def _shown(reply: Reply) -> str:
+    text = repr(reply)
+    return text if len(text) <= 40 else f"{text[:37]}..."

@@ -49,6 +49,18 @@ class StoreUnavailable(Exception):
         self.sent = sent
 
 
+class StoreDataError(StoreUnavailable):
+    """The store answered, but refused a call, or left a key of it alone, for what one team's
+    keys hold (not an integer the proxy wrote, a key of another type): that team's trouble, not
+    the store's failure, which the limiter reports without taking the store for down.
+    ``teams``: whose keys; ``dropped``: the settlements whose calls failed whole."""
+
+    def __init__(self, message: str, teams: tuple[str, ...], dropped: int = 0) -> None:
+        super().__init__(message, sent=True)
+        self.teams = teams
+        self.dropped = dropped
+
+
 class Store(Protocol):
     kind: str  # "memory", "workers" or "redis", for logs and /admin/limits
     prefetch: bool  # a round trip away: worth reserving ahead (``proxy.core.prefetch``)
@@ -219,7 +231,18 @@ class WorkerStore(Connected[object]):
 
     async def settle_many(self, tally: Tally) -> None:
         messages = [["settle", keys, args] for keys, args in tally.calls(time.time())]
-        await self._oks(b"".join([orjson.dumps(m) + b"\n" for m in messages]), len(messages))
+        data = b"".join([orjson.dumps(m) + b"\n" for m in messages])
+        said, teams, dropped = [], [], 0
+        replies = await self._send(data, len(messages))
+        for (team, count), reply in zip(tally.teams(), replies, strict=True):
+            if not isinstance(reply, dict) or "error" in reply:
+                said.append(f"{team}: {reply.get('error') if isinstance(reply, dict) else reply}")
+                teams.append(team)
+                dropped += count
+        if said:
+            # Answered: the others were applied; this one would be refused again.
+            raise StoreDataError(f"{self.name} refused settlements: {'; '.join(said)}",
+                                 tuple(teams), dropped)  # fmt: skip
 
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float

@@ -23,6 +23,7 @@ from proxy.core.limits import (
     rate_limit_headers,
     reserve,
     settle,
+    unchecked_in,
     window,
 )
 from proxy.core.limits_lua import RESERVE, reserve_call, reserve_decision, reserve_replies
@@ -114,29 +115,24 @@ def test_no_limits_no_charges() -> None:
     assert MemoryStore().reserve(r, T0).admitted
 
 
-# Text at four characters a token (rounded up, over the whole prompt), each token id as one;
-# roles, image parts and other keys count nothing.
+# The whole body at four bytes a token (rounded up), and each token id of a completions
+# prompt or embeddings input as one more: what goes upstream besides the messages (tools,
+# schemas, instructions, images) is prompt too.
 PROMPTS = [
-    ("abcdefgh", 2),
-    ("", 0),
-    ([1, 2, 3], 3),
-    ([[1, 2], [3]], 3),
-    ([{"role": "user", "content": "abcd"}, {"role": "assistant", "content": "efghi"}], 3),
-    ([{"role": "user", "content": None}], 0),
-    ([{"role": "user", "content": [{"type": "text", "text": "abcdefgh"},
-                                   {"type": "image_url", "image_url": {"url": "x" * 400}}]}], 2),
-    ([{"prompt": "abcd", "text": "abcd", "content": "abcd", "other": "ab" * 50}], 3),
-    (["abc", "abcdef"], 3),
-    ([{"content": [1, 2]}, 7], 3),
-    ({"content": "abcd"}, 1),
-    (None, 0),
-    (3.5, 0),
-]  # fmt: skip
+    (8, None, 2),
+    (0, None, 0),
+    (401, None, 101),
+    (9, [1, 2, 3], 3 + 3),
+    (14, [[1, 2], [3]], 4 + 3),
+    (13, ["abc", "abcdef"], 4),
+    (20, [{"content": [1, 2]}], 5),  # chat's messages hold no ids
+    (4, "abcd", 1),
+]
 
 
-@pytest.mark.parametrize(("prompt", "tokens"), PROMPTS)
-def test_prompt_estimate(prompt: object, tokens: int) -> None:
-    assert prompt_estimate(prompt) == tokens
+@pytest.mark.parametrize(("size", "prompt", "tokens"), PROMPTS)
+def test_prompt_estimate_counts_the_whole_body(size: int, prompt: object, tokens: int) -> None:
+    assert prompt_estimate(size, prompt) == tokens
 
 
 @pytest.mark.parametrize(("usd", "expected"), [(0.0003, 300_000), (1e-10, 1), (0.0, 0), (1, 10**9)])
@@ -264,6 +260,25 @@ def test_settle_after_the_window_ended_charges_the_excess_now() -> None:
 def test_settle_of_unknown_cost_keeps_the_usd_reservation() -> None:
     r = ask(Limits(budget=Budget("usd", 1, "month")))
     assert settle(r, Usage(10, 900, 910), None, T0).corrections == ()
+
+
+def test_an_unchecked_request_is_charged_all_it_spent_in_the_windows_it_ran_in() -> None:
+    """Admitted while the store was down: it took nothing, so settling charges everything."""
+    limits = Limits(requests_per_minute=10, tokens_per_minute=1000, concurrency=1,
+                    budget=Budget("usd", 1, "month"))  # fmt: skip
+    r = unchecked_in(Windows().plan("t", limits, T0), "t")
+    assert (r.amounts, r.lease) == ((0, 0, 0), None)
+    usage = Usage(30, 200, 230)
+    store = MemoryStore()
+    store.settle(settle(r, usage, PRICE.cost(usage), T0 + 5), T0 + 5)
+    assert [store.value(c.key, T0 + 5) for c in r.charges] == [0, 230, 430_000]
+    # Ended past its minute: the minute it ends in is charged, the month as it ran.
+    late = settle(r, usage, PRICE.cost(usage), T0 + 70)
+    later = window("minute", T0 + 70)
+    assert [(c.key, c.delta) for c in late.corrections] == [
+        (f"lim:{{t}}:tpm:{later.id}", 230),
+        (r.charges[2].key, 430_000),
+    ]
 
 
 def test_counters_never_go_below_zero() -> None:

@@ -74,6 +74,15 @@ PROBLEMS = [
         [f"{LIMIT}.budget.usd: must be a positive number of USD"],
     ),
     ("{budget: {tokens: -1, period: day}}", [f"{LIMIT}.budget.tokens: must be a positive integer"]),
+    # Past 2**53 the stores' counters (Lua's doubles) are not exact.
+    (
+        "{budget: {tokens: 9000000000000001, period: day}}",
+        [f"{LIMIT}.budget.tokens: must be at most 9000000000000000"],
+    ),
+    (
+        "{tokens_per_minute: 100000000000000000}",
+        [f"{LIMIT}.tokens_per_minute: must be at most 9000000000000000"],
+    ),
     ("{budget: {usd: 5}}", [f"{LIMIT}.budget: required key 'period' is missing"]),
     (
         "{budget: {usd: 5, period: week}}",

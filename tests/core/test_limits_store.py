@@ -5,19 +5,23 @@ same counters, leases and ledger either way."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.ledger import Ledger, entry
+from proxy.core.ledger import FIELD_MAX, Ledger, entry
 from proxy.core.limits import (
+    COUNT_MAX,
+    LIMIT_MAX,
     Budget,
     Limits,
     Reservation,
     Settlement,
     Windows,
+    nanos,
     reserve,
     settle,
 )
@@ -116,10 +120,10 @@ def test_a_tally_sums_per_team_and_lists_its_leases() -> None:
         "lim:{t}:inflight",
         *entry("t", "m", None, None, T0).keys,
     ]
-    assert args[:3] == ["1", "1", "2"]
-    assert args[3] == "-120"  # two refunds of 60, summed
-    assert args[5:8] == ["2", "x", "y"]
-    assert args[8:] == [
+    assert args[:5] == ["1", "1", "2", "0", "0"]  # not marked: no sequence number
+    assert args[5] == "-120"  # two refunds of 60, summed
+    assert args[7:10] == ["2", "x", "y"]
+    assert args[10:] == [
         "5356800",
         "1",
         "m|requests",
@@ -143,3 +147,74 @@ def test_a_settlement_with_nothing_to_do() -> None:
     store.settle(Settlement((), None), T0, None)
     assert Tally().calls(T0) == []
     assert (store.counters, store.leases, store.hashes) == ({}, {}, {})
+
+
+HUGE = 2**53 - 1  # the largest count ``usage`` takes from an upstream
+
+
+def test_a_huge_usage_spends_the_budget_and_stays_bounded() -> None:
+    """A usage of 2**53 - 1 tokens on a priced model: every integer a call carries, and every
+    counter and ledger field, stays within what Lua's doubles and Redis's integers hold; the
+    budget is spent, not wrapped to a negative number and cleared."""
+    limits = Limits(budget=Budget("usd", 100, "month"))
+    windows = Windows()
+    ledger = Ledger(windows)
+    tally = Tally()
+    for lease in ("x", "y"):
+        r = reserve("t", limits, prompt_tokens=10, max_tokens=10, price=PRICE,
+                    lease_id=lease, lease_seconds=60, now=T0, windows=windows)  # fmt: skip
+        usage = Usage(HUGE, HUGE, 2 * HUGE)
+        keys = ledger.keys("t", T0)
+        tally.finished("t", r, usage, PRICE.cost(usage), keys, "m", T0 + 1, windows)
+    ((keys, args),) = tally.calls(T0 + 1)
+    assert all(abs(int(a)) <= COUNT_MAX for a in args if a.lstrip("-").isdigit())
+    store = MemoryStore()
+    store.counters[keys[0]] = (nanos(50), T0 + 10**6)
+    for _ in range(3):
+        store.eval_settle(keys, args, T0 + 1)
+    assert store.value(keys[0], T0 + 1) == COUNT_MAX  # spent: over any limit (LIMIT_MAX)
+    assert COUNT_MAX > LIMIT_MAX
+    day = store.hashes[keys[1]][0]  # the day's hash (then the month's)
+    assert day["m|cost_nanos"] == 3 * COUNT_MAX and day["m|requests"] == 6
+    # A field summed past Redis's largest integer is held there, as SETTLE holds it.
+    store.hashes[keys[1]] = ({"m|cost_nanos": FIELD_MAX - 1}, T0 + 10**6)
+    store.eval_settle(keys, args, T0 + 1)
+    assert store.hashes[keys[1]][0]["m|cost_nanos"] == FIELD_MAX
+
+
+@pytest.mark.parametrize("usd", [math.inf, math.nan, 1e300, 2**53 / 1e9])
+def test_nanos_are_bounded(usd: float) -> None:
+    assert nanos(usd) == COUNT_MAX
+
+
+def test_a_marked_tally_is_applied_once_however_often_it_is_sent() -> None:
+    """Its reply lost, a marked tally is sent again: the marker (its sender's last sequence
+    number applied, per team) makes the second time a no-op; the sender's next one applies."""
+    limits = Limits(tokens_per_minute=10_000)
+    store = MemoryStore()
+
+    def marked(sequence: int) -> list[tuple[list[str], list[str]]]:
+        tally = Tally()
+        for team in ("a", "b"):
+            r = reserve(team, limits, prompt_tokens=10, max_tokens=100, price=None,
+                        lease_id="", lease_seconds=60, now=T0)  # fmt: skip
+            store.reserve(r, T0)
+            tally.add(
+                team, settle(r, Usage(10, 40, 50), None, T0), entry(team, "m", None, None, T0)
+            )
+        tally.mark("w1", sequence)
+        assert tally.teams() == [("a", 1), ("b", 1)]
+        return tally.calls(T0 + 1)
+
+    first = marked(1)
+    assert first[0][0][-1] == "lim:{a}:settled:w1" and first[0][1][3:5] == ["1", "86400"]
+    replies = [store.eval_settle(keys, args, T0 + 1) for keys, args in first]
+    again = [store.eval_settle(keys, args, T0 + 1) for keys, args in first]
+    assert (replies, again) == ([[1, 0]] * 2, [[0, 0]] * 2)
+    tpm = f"lim:{{a}}:tpm:{int(T0 // 60)}"
+    assert store.value(tpm, T0 + 1) == 50
+    for keys, args in marked(2):
+        assert store.eval_settle(keys, args, T0 + 1) == [1, 0]
+    assert store.value(tpm, T0 + 1) == 100
+    month = entry("a", "m", None, None, T0).keys[1]
+    assert store.hashes[month][0]["m|requests"] == 2

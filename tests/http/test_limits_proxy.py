@@ -25,11 +25,14 @@ MODELS = {
     "gpt": {"provider": "emu", "model": "openai"},
     "gpt-slow": {"provider": "emu", "model": "openai@slow-first-byte=1.5"},
     "embed": {"provider": "emu", "model": "contract.openai.embeddings.json"},
+    # Serves the Responses API itself: a Responses request is passed through to it.
+    "native-slow": {"provider": "emu-responses", "model": "contract.openai@slow-first-byte=1.5"},
 }
 PRICES = {
     "gpt": {"input": 1.0, "cached_input": 0.5, "output": 2.0},
     "gpt-slow": {"input": 1.0, "cached_input": 0.5, "output": 2.0},
     "embed": {"input": 0.1, "output": 0.0},
+    "native-slow": {"input": 1.0, "output": 2.0},
 }
 
 
@@ -57,11 +60,13 @@ def sdk(url: str, key: str = TEAM_KEY) -> openai.OpenAI:
     return openai.OpenAI(base_url=url, api_key=key, max_retries=0)
 
 
-async def post(url: str, body: dict[str, Any], key: str = TEAM_KEY) -> tuple[int, Any, Any]:
+async def post(
+    url: str, body: dict[str, Any], key: str = TEAM_KEY, path: str = "/chat/completions"
+) -> tuple[int, Any, Any]:
     async with (
         aiohttp.ClientSession() as session,
         session.post(
-            f"{url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+            f"{url}{path}", json=body, headers={"Authorization": f"Bearer {key}"}
         ) as response,
     ):
         return response.status, response.headers, await response.json()
@@ -128,7 +133,8 @@ def test_tokens_per_minute_settles_to_the_usage(servers: Servers, window_start: 
             model="gpt", messages=HELLO, max_tokens=100
         )
         reserved = 2000 - PROMPT - COMPLETION - int(second.headers["x-ratelimit-remaining-tokens"])
-        assert 100 <= reserved <= 110  # max_tokens and "Hello", estimated
+        # max_tokens, and the whole body (about 80 bytes as the SDK sends it), estimated.
+        assert 115 <= reserved <= 125
         with pytest.raises(openai.RateLimitError) as refused:
             client.chat.completions.create(model="gpt", messages=HELLO, max_tokens=1900)
     assert refused.value.code == "tokens_per_minute"
@@ -236,7 +242,9 @@ def test_admin_usage_adds_up_every_request(servers: Servers) -> None:
     status, by_day = admin(url, f"/admin/usage?period={day}")
     assert status == 200 and by_day["granularity"] == "day"
     assert by_day["data"] == body["data"]
-    for bad in ("2026-13", "2026-02-30", "last-month", "2026"):
+    # A final newline and non-ASCII digits: what \d and $ let through (issue: admin period).
+    fullwidth = "\uff12\uff10\uff12\uff16-12"
+    for bad in ("2026-13", "2026-02-30", "last-month", "2026", "2026-12%0A", fullwidth):
         status, error = admin(url, f"/admin/usage?period={bad}")
         assert status == 400 and error["error"]["param"] == "period", bad
 
@@ -253,3 +261,107 @@ def test_a_team_without_limits_gets_no_ratelimit_headers(no_limits_url: str) -> 
     assert not [name for name in raw.headers if name.lower().startswith("x-ratelimit")]
     status, body = admin(no_limits_url, "/admin/limits")
     assert status == 200 and all(team["limits"] == {} for team in body["data"])
+
+
+# --- what a reservation counts (docs/limits.md) ------------------------------------------------
+
+# About 24 KB of JSON that is no message text: about 6000 tokens at four bytes a token.
+BIG_SCHEMA = {
+    "type": "object",
+    "properties": {f"field_{i}": {"type": "string", "description": "x" * 200} for i in range(100)},
+}
+BIG_TOOLS = [{"type": "function", "function": {"name": "big", "parameters": BIG_SCHEMA}}]
+BIG_FORMAT = {"type": "json_schema", "json_schema": {"name": "big", "schema": BIG_SCHEMA}}
+
+
+async def statuses_of(url: str, bodies: list[dict[str, Any]], path: str) -> list[int]:
+    results = await asyncio.gather(*(post(url, body, path=path) for body in bodies))
+    return [status for status, _, _ in results]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"tools": BIG_TOOLS}, {"response_format": BIG_FORMAT}],
+    ids=["tools", "response_format"],
+)
+async def test_what_goes_upstream_besides_the_messages_is_reserved_too(
+    servers: Servers, window_start: None, extra: dict[str, Any]
+) -> None:
+    """Ten requests in flight at once, each with 24 KB of tools (or a schema) and max_tokens 1:
+    each reserves about 6000 tokens, so three fit in 20000, not ten."""
+    url = start(servers, {"tokens_per_minute": 20_000})
+    body = {"model": "gpt-slow", "messages": HELLO, "max_tokens": 1, **extra}
+    found = await statuses_of(url, [body] * 10, "/chat/completions")
+    assert found.count(200) == 3 and found.count(429) == 7, found
+
+
+async def test_a_passed_through_responses_request_reserves_its_instructions(
+    servers: Servers, window_start: None
+) -> None:
+    """A built-in tool: only a provider serving the Responses API can take it, so the request
+    goes up as it came, its instructions with it: 48 KB, about 12000 tokens, so one fits."""
+    url = start(servers, {"tokens_per_minute": 20_000})
+    body = {
+        "model": "native-slow",
+        "instructions": "x" * 48_000,
+        "input": "Hello",
+        "tools": [{"type": "web_search_preview"}],
+        "max_output_tokens": 16,
+    }
+    found = await statuses_of(url, [body] * 10, "/responses")
+    assert found.count(200) == 1 and found.count(429) == 9, found
+
+
+async def test_a_passed_through_responses_request_reserves_its_max_output_tokens(
+    servers: Servers, window_start: None
+) -> None:
+    url = start(servers, {"tokens_per_minute": 20_000})
+    body = {
+        "model": "native-slow",
+        "input": "Hello",
+        "tools": [{"type": "web_search_preview"}],
+        "max_output_tokens": 8000,
+    }
+    found = await statuses_of(url, [body] * 3, "/responses")
+    assert sorted(found) == [200, 200, 429], found
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/chat/completions", {"messages": HELLO, "max_tokens": 0}, "max_tokens"),
+        ("/chat/completions", {"messages": HELLO, "max_completion_tokens": 0},
+         "max_completion_tokens"),
+        ("/chat/completions", {"messages": HELLO, "max_completion_tokens": 10, "max_tokens": 0},
+         "max_tokens"),
+        # Made a chat request, and passed through as it came.
+        ("/responses", {"model": "gpt", "input": "Hello", "max_output_tokens": 0},
+         "max_output_tokens"),
+        ("/responses", {"input": "Hello", "max_output_tokens": 0}, "max_output_tokens"),
+        ("/responses", {"input": "Hello", "max_output_tokens": 0,
+                        "tools": [{"type": "web_search_preview"}]}, "max_output_tokens"),
+    ],
+)  # fmt: skip
+async def test_a_ceiling_of_0_tokens_is_refused(
+    servers: Servers, path: str, body: dict[str, Any], param: str
+) -> None:
+    """As OpenAI refuses it: a reservation of the prompt alone would bound nothing that an
+    upstream taking 0 for "no limit" writes."""
+    url = start(servers, {"tokens_per_minute": 100_000})
+    model = "native-slow" if path == "/responses" else "gpt"
+    status, _, error = await post(url, {"model": model, **body}, path=path)
+    assert status == 400, error
+    assert error["error"]["type"] == "invalid_request_error"
+    assert error["error"]["param"] == param
+
+
+def test_legacy_completions_with_max_tokens_0_reserve_the_models_ceiling(
+    servers: Servers, window_start: None
+) -> None:
+    """OpenAI's legacy completions take max_tokens 0 (the prompt's logprobs, with echo): it is
+    passed on, and reserved as no max_tokens is, at the model's (4096 here)."""
+    url = start(servers, {"tokens_per_minute": 3000})
+    with sdk(url) as client, pytest.raises(openai.RateLimitError) as refused:
+        client.completions.create(model="gpt", prompt="Hello", max_tokens=0)
+    assert refused.value.code == "tokens_per_minute"
+    assert "more than the whole limit" in refused.value.message

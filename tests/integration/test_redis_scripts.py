@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.ledger import entry
-from proxy.core.limits import Budget, Limits, Reservation, reserve, settle
+from proxy.core.ledger import FIELD_MAX, entry
+from proxy.core.limits import COUNT_MAX, Budget, Limits, Reservation, reserve, settle
 from proxy.core.limits_lua import RESERVE, RESERVE_BATCH, SETTLE, reserve_call, reserve_replies
 from proxy.core.limits_store import MemoryStore
 from proxy.core.prices import Price
 from proxy.core.tally import Tally
 from proxy.core.usage import Usage
 from proxy.http.redis_store import RedisStore
-from proxy.http.stores import StoreUnavailable
+from proxy.http.stores import StoreDataError, StoreUnavailable
 from tests.harness import free_port
 from tests.redis_server import RedisServer, redis_server
 
@@ -440,3 +440,43 @@ def test_a_connection_lost_under_a_batch_fails_each_request_as_sent() -> None:
     assert admitted
     assert all(isinstance(f, StoreUnavailable) and f.sent for f in failed), failed
     assert len({id(f) for f in failed}) == 3
+
+
+def test_the_scripts_hold_their_integers_and_leave_what_is_not_theirs(server: RedisServer) -> None:
+    """Counters held within COUNT_MAX, ledger fields at Redis's largest integer; a key that holds
+    no integer is left alone by SETTLE (and counted in its reply) and refused by RESERVE before
+    it writes anything: a ``StoreDataError``, that team's, not the store's failure."""
+    client = server.client()
+    client.flushdb()
+    garbage, near, ledger = "lim:{g}:tpm:1", "lim:{g}:budget:tokens:x", "use:{g}:month:x"
+    client.set(garbage, "garbage")
+    client.set(near, str(COUNT_MAX - 5))
+    client.hset(ledger, "m|cost_nanos", str(FIELD_MAX - 1))
+    settle_script = client.register_script(SETTLE)
+    args = ["2", "0", "1", "0", "0", "5", "100", str(COUNT_MAX), "100"]
+    args += ["100", "2", "m|cost_nanos", str(COUNT_MAX), "m|requests", "1"]
+    assert settle_script(keys=[garbage, near, ledger], args=args) == [1, 1]
+    assert client.get(garbage) == "garbage"
+    assert client.get(near) == str(COUNT_MAX)
+    assert client.hgetall(ledger) == {"m|cost_nanos": str(FIELD_MAX), "m|requests": "1"}
+
+    async def run() -> tuple[StoreDataError, StoreDataError]:
+        store = RedisStore(server.url, 0.5)
+        try:
+            r = reserve(
+                "g", Limits(budget=Budget("tokens", 100, "month")), prompt_tokens=0,
+                max_tokens=1, price=None, lease_id="l", lease_seconds=1, now=time.time(),
+            )  # fmt: skip
+            client.set(r.charges[0].key, "garbage")
+            with pytest.raises(StoreDataError, match="NOTCOUNTER") as refused:
+                await store.reserve(r, time.time())
+            tally = Tally.of([("g", settle(r, Usage(1, 1, 2), None, time.time()), None)])
+            with pytest.raises(StoreDataError, match="left 1 keys") as left:
+                await store.settle_many(tally)
+            return refused.value, left.value
+        finally:
+            await store.close()
+
+    refused, left = asyncio.run(run())
+    assert refused.teams == ("g",) and left.teams == ("g",) and left.dropped == 0
+    client.close()

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest, encode_body, parse_request, read_object
+from proxy.normalize.responses import params
 from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.output import make_id
 from proxy.normalize.responses.request import CLIENT_NAMES, chat_body, refuse_stateful
@@ -41,18 +42,24 @@ def responses_request(raw: bytes) -> tuple[ClientRequest, ResponsesCall]:
     try:
         chat, echo = chat_body(body)
     except InvalidRequest as exc:
-        return _routing_request(body, exc), ResponsesCall(body, None, made, created, exc)
+        request = _routing_request(body, exc, len(raw))
+        return request, ResponsesCall(body, None, made, created, exc)
     # The chat body is checked as any client's: what it says must be a valid chat request.
     request = parse_request(encode_body(chat), "chat")
+    # The prompt is reserved for the larger of what may go upstream: the chat request, or
+    # the client's own body passed through to a provider serving the Responses API.
+    request.size = max(request.size, len(raw))
     return request, ResponsesCall(body, echo, made, created)
 
 
-def _routing_request(body: dict[str, Any], refusal: InvalidRequest) -> ClientRequest:
+def _routing_request(body: dict[str, Any], refusal: InvalidRequest, size: int) -> ClientRequest:
     model, stream = body.get("model"), body.get("stream", False)
     if not isinstance(model, str) or not model or not isinstance(stream, bool | None):
         raise refusal
     stream = bool(stream)
-    return ClientRequest("chat", body, model, stream, stream, None, 1, body.get("input"))
+    # Passed through as it is, so reserved for as it says (docs/limits.md).
+    ceiling = params.integer(body.get("max_output_tokens"), "max_output_tokens", 1)
+    return ClientRequest("chat", body, model, stream, stream, ceiling, 1, body.get("input"), size)
 
 
 _RENAMED: Final = dict(CLIENT_NAMES)
