@@ -146,6 +146,10 @@ class Server:
     # The largest whole answer taken from an upstream: OpenAI's largest embeddings answer (2,048
     # inputs of 3,072 dimensions, as JSON floats, pretty-printed) is about 190 MB.
     max_response_bytes: int = 256 * 1024 * 1024
+    # The largest answer collected from a stream for a request that asked for a whole one
+    # (chat and completions only, whose answers are far smaller than embeddings'); all that a
+    # worker collects at once is bounded by max_response_bytes.
+    max_collected_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +393,9 @@ def _parse_server(ck: Checker, raw: object) -> Server:
         ),
         max_response_bytes=ck.optional(
             node, "max_response_bytes", "server", _positive_int, d.max_response_bytes
+        ),
+        max_collected_bytes=ck.optional(
+            node, "max_collected_bytes", "server", _positive_int, d.max_collected_bytes
         ),
         read_timeout=ck.optional(node, "read_timeout", "server", positive, d.read_timeout),
         drain_seconds=ck.optional(node, "drain_seconds", "server", non_negative, d.drain_seconds),

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Final
 from urllib.parse import quote, quote_plus
 
-from proxy.core.errors import ProxyError
+from proxy.core.errors import ProxyError, UpstreamStatusError
 
 __all__ = ["MASK", "Redactor"]
 
@@ -38,8 +38,19 @@ class Redactor:
             return text
         return self._pattern.sub(MASK, text)
 
+    def error_object(self, error: object) -> None:
+        """An upstream's error object (``message``, ``param``, ``code``: any that is a string)
+        redacted in place, as it is relayed; anything else is left as it is."""
+        if self._pattern is None or not isinstance(error, dict):
+            return
+        for key in ("message", "param", "code"):
+            value = error.get(key)
+            if isinstance(value, str):
+                error[key] = self._pattern.sub(MASK, value)
+
     def error(self, exc: ProxyError) -> ProxyError:
-        """``exc`` with its message, param and code redacted (in place, as it is passed on)."""
+        """``exc`` with its message, param, code and type redacted (in place, as it is passed
+        on)."""
         if self._pattern is not None:
             exc.message = self(exc.message)
             exc.args = (exc.message,)
@@ -47,9 +58,23 @@ class Redactor:
                 exc.param = self(exc.param)
             if exc.code is not None:
                 exc.code = self(exc.code)
+            # A provider's own 4xx keeps its ``type`` (error_type): the upstream's words too.
+            if isinstance(exc, UpstreamStatusError) and exc.upstream_type is not None:
+                exc.upstream_type = self(exc.upstream_type)
         return exc
 
 
+# What the upstream client (yarl) leaves unquoted in a query value: the request line an
+# upstream quotes back carries a query key so (RFC 3986 3.4 allows them; ``+`` is a space).
+_QUERY_SAFE: Final = "?/:@!$'()*,"
+
+
 def _forms(secret: str) -> set[str]:
-    # As it is, percent-encoded (a query string, a URL quoted back) and form-encoded.
-    return {secret, quote(secret, safe=""), quote_plus(secret, safe="")}
+    # As it is, percent-encoded (a query string, a URL quoted back), form-encoded, and as the
+    # query of the request line the proxy sent.
+    return {
+        secret,
+        quote(secret, safe=""),
+        quote_plus(secret, safe=""),
+        quote_plus(secret, safe=_QUERY_SAFE),
+    }

@@ -67,6 +67,48 @@ _PATHS: Final = {
 }
 
 
+# A body larger than this is read and translated on a thread of the loop's executor: a large
+# body of many small items takes seconds of the interpreter, which on the loop every other
+# request of the worker would wait for; on a thread, the loop has its turn every few
+# milliseconds. (A smaller one is done at once: the hop to a thread would cost more.)
+READ_APART: Final = 256 * 1024
+
+
+def _client_request(
+    raw: bytes, endpoint: Endpoint, azure_deployment: str | None
+) -> tuple[ClientRequest, ResponsesCall | None]:
+    if endpoint == "responses":
+        return responses_request(raw)
+    return parse_request(raw, endpoint, model=azure_deployment), None
+
+
+def _upstream_body(
+    model: Model,
+    provider: Provider,
+    deployment: Deployment,
+    client_request: ClientRequest,
+    responses: ResponsesCall | None,
+    passthrough: bool,
+) -> bytes:
+    """The body for one deployment: the client's passed through, or translated."""
+    if passthrough:
+        assert responses is not None
+        return passthrough_body(responses.body, deployment.model)
+    dialect = DIALECTS[provider.dialect]
+    embeddings = client_request.endpoint == "embeddings"
+    if (dialect.embed_request if embeddings else dialect.request) is None:
+        # The client's body, as it came but for the model: upstream_request's own first case,
+        # without the RequestOptions it would be made for, on the path every chat request takes.
+        return upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
+    options = RequestOptions(
+        deployment.model, provider.stream_usage, model.max_tokens, model.thinking_budgets
+    )
+    try:
+        return upstream_request(dialect, client_request, options)
+    except InvalidRequest as exc:
+        raise _Unservable(exc if responses is None else as_responses_refusal(exc)) from None
+
+
 async def read_body(request: web.BaseRequest, limit: int, seconds: float) -> bytes:
     """The request body, refusing more than ``limit`` bytes and clients slower than ``seconds``."""
     content = request.content
@@ -144,11 +186,11 @@ async def handle_completion(
     team = runtime.keyring.identify(authorization(request, azure=azure_deployment is not None))
     exchange.team = team.name
     raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
-    responses: ResponsesCall | None = None
-    if endpoint == "responses":
-        client_request, responses = responses_request(raw)
+    if len(raw) > READ_APART:
+        read = await asyncio.to_thread(_client_request, raw, endpoint, azure_deployment)
     else:
-        client_request = parse_request(raw, endpoint, model=azure_deployment)
+        read = _client_request(raw, endpoint, azure_deployment)
+    client_request, responses = read
     exchange.stream = client_request.stream
     model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name
@@ -197,7 +239,8 @@ async def handle_completion(
                     raise
                 exchange.retried.append((provider.name, exc.kind))
                 log.info(
-                    "request %s: %s/%s failed (%s: %s); retrying in %.2f s",
+                    # %r: the upstream's words, quoted, so that a newline in them forges no line.
+                    "request %s: %s/%s failed (%s: %r); retrying in %.2f s",
                     exchange.request_id, provider.name, deployment.model, exc.kind, exc.message,
                     delay,
                 )  # fmt: skip
@@ -339,8 +382,8 @@ async def _attempt(
         redact=runtime.redact,
         choices=client_request.choices,
         encoding=client_request.encoding,
+        keeps=runtime.config.server.max_response_bytes,
     )
-    dialect = DIALECTS[provider.dialect]
     family = API_FAMILIES[provider.api]
     presenter: Presenter | None = None
     if responses is not None:
@@ -355,22 +398,13 @@ async def _attempt(
                 response_id=responses.response_id,
                 created=responses.created,
                 model=client_request.model,
+                limit=ctx.keeps,
             )
-    if passthrough:
-        assert responses is not None
-        body = passthrough_body(responses.body, deployment.model)
-    elif (dialect.embed_request if endpoint == "embeddings" else dialect.request) is None:
-        # The client's body, as it came but for the model: upstream_request's own first case,
-        # without the RequestOptions it would be made for, on the path every chat request takes.
-        body = upstream_body(client_request, deployment.model, ask_usage=provider.stream_usage)
+    made = (model, provider, deployment, client_request, responses, passthrough)
+    if client_request.size > READ_APART:
+        body = await asyncio.to_thread(_upstream_body, *made)
     else:
-        options = RequestOptions(
-            deployment.model, provider.stream_usage, model.max_tokens, model.thinking_budgets
-        )
-        try:
-            body = upstream_request(dialect, client_request, options)
-        except InvalidRequest as exc:
-            raise _Unservable(exc if responses is None else as_responses_refusal(exc)) from None
+        body = _upstream_body(*made)
     timeouts = provider.timeouts
     limit = runtime.config.server.max_response_bytes
     assert state.client is not None and state.deadlines is not None
@@ -401,9 +435,11 @@ async def _attempt(
             if whole is not None:
                 return whole
         assert state.relays is not None
+        collected = min(runtime.config.server.max_collected_bytes, limit)
         answer = Answer(
-            response, family, ctx, timeouts, deadline, timer, state.relays, presenter, limit
-        )
+            response, family, ctx, timeouts, deadline, timer, state.relays, presenter, limit,
+            collected, state.collecting,
+        )  # fmt: skip
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id, **(exchange.headers or {})}
             return await relay_stream(request, answer, exchange, headers, state.observers)

@@ -39,7 +39,7 @@ from proxy.core.usage import Usage
 from proxy.http.deadline import Deadline
 from proxy.http.pipe import Pipe, Relays, frames_for
 from proxy.http.reply import JsonReply
-from proxy.http.state import Observer
+from proxy.http.state import Collecting, Observer
 from proxy.http.upstream import (
     TRANSPORT_ERRORS,
     UpstreamResponse,
@@ -49,7 +49,7 @@ from proxy.http.upstream import (
     upstream_error_for,
 )
 from proxy.normalize import ApiFamily, RequestContext
-from proxy.normalize.convert import frames_from_response, response_from_frames
+from proxy.normalize.convert import Collector, frames_from_response
 from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.present import EventStream, Presenter
 
@@ -83,6 +83,10 @@ class Answer:
     # How the client sees the canonical chat answer, when it asked in another API's shape.
     presenter: Presenter | None
     limit: int  # the most bytes of a whole answer taken (server.max_response_bytes)
+    # The most bytes of an answer collected from a stream (server.max_collected_bytes), and
+    # what the worker's collected answers hold at once, bounded by ``limit`` together.
+    collected: int
+    collecting: Collecting
 
     def __init__(
         self,
@@ -95,6 +99,8 @@ class Answer:
         relays: Relays,
         presenter: Presenter | None,
         limit: int,
+        collected: int,
+        collecting: Collecting,
     ) -> None:
         self.response = response
         self.family = family
@@ -105,6 +111,8 @@ class Answer:
         self.relays = relays
         self.limit = limit
         self.presenter = presenter
+        self.collected = collected
+        self.collecting = collecting
 
     def decoder(self, *, stream: bool) -> Decoder | None:
         """The decoder of this answer's events; None when it is one whole JSON body.
@@ -556,38 +564,52 @@ async def _stream_as_whole(
     """A whole answer was asked for but the upstream streamed: collect the stream, then answer.
 
     Bounded as a stream is: by the first-byte limit until its first frame, then by the idle
-    limit between reads, all of it by the total and by the size limit of a whole answer. A
-    timeout once text has come is final (``midway``): another attempt would start the
-    generation over."""
+    limit between reads, all of it by the total; and in size, by ``answer.collected`` and, with
+    the worker's other collections, by ``answer.limit``. A timeout once text has come is final
+    (``midway``): another attempt would start the generation over."""
     normalizer = answer.family.stream(replace(answer.ctx, include_usage=True))
-    frames: list[bytes] = []
+    collector = Collector()  # what the frames say, not the frames: they would double it
+    said = False  # a frame came
     timer = answer.timer
     loop = timer.loop
     timeouts = answer.timeouts
     read = answer.response.content.readany
     first_frame_by = loop.time() + timeouts.first_byte  # as in _pump
+    collecting = answer.collecting
     size = 0
     waited = perf_counter()
     try:
         while not normalizer.ended:
-            limit = loop.time() + timeouts.idle if frames else first_frame_by
+            limit = loop.time() + timeouts.idle if said else first_frame_by
             timer.move(min(limit, answer.deadline))
             with mapped_errors("stream"):
                 data = await read()
             size += len(data)
-            if size > answer.limit:
+            collecting.held += len(data)
+            if size > answer.collected:
                 raise UpstreamProtocolError(
-                    f"The upstream's answer is larger than the limit of {answer.limit} bytes"
+                    f"The upstream's answer is larger than the limit of {answer.collected} "
+                    "bytes for an answer collected from a stream"
+                )
+            if collecting.held > answer.limit:
+                raise UpstreamProtocolError(
+                    "The upstream's answer is too large to collect now: the answers this "
+                    f"worker is collecting from streams would hold more than {answer.limit} bytes"
                 )
             events = decoder.feed(data) if data else decoder.close()
-            frames.extend(frames_for(normalizer, events, not data))
+            frames = frames_for(normalizer, events, not data)
+            said = said or bool(frames)
+            if normalizer.error is None:  # else its error event, raised below
+                for frame in frames:
+                    collector.add(frame)
     except asyncio.CancelledError:
         if not timer.expired():
             raise
-        error = _gap_timeout(answer, started=bool(frames))
-        error.midway = bool(frames)
+        error = _gap_timeout(answer, started=said)
+        error.midway = said
         raise error from None
     finally:
+        collecting.held -= size
         timer.close()
         exchange.upstream_wait += perf_counter() - waited
         answer.response.close()
@@ -595,8 +617,8 @@ async def _stream_as_whole(
         exchange.fixes = frozenset(normalizer.fixes)
     if normalizer.error is not None:
         raise normalizer.error
-    usage = orjson.loads(frames[-2][6:-2])["usage"]  # the usage chunk before [DONE]
-    body = response_from_frames(frames, usage)
+    assert collector.usage is not None  # asked for (include_usage), it comes before [DONE]
+    body = collector.response(collector.usage)
     if presenter is not None:
         body = presenter.whole(body)
     return _whole_reply(body, normalizer.usage)

@@ -179,6 +179,17 @@ def _breaker(kept: CircuitBreaker | None, routing: Routing) -> CircuitBreaker:
     )
 
 
+class Collecting:
+    """The bytes that a worker's answers collected from streams hold at once (a request asked
+    for a whole answer, its upstream streamed): bounded as a whole, so that endless streams
+    cannot take the worker's memory however many requests ask for them."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = 0
+
+
 @dataclass(slots=True)
 class State:
     runtime: Runtime
@@ -188,3 +199,4 @@ class State:
     relays: Relays | None = None  # the running loop's streams with data to relay, likewise
     limiter: Limiter | None = None  # from the gateway's start to its close
     ready: bool = False
+    collecting: Collecting = field(default_factory=Collecting)

@@ -51,6 +51,8 @@ _DEFAULT_HEADERS: Final = (
     ("User-Agent", f"llm-proxy/{__version__}"),
 )
 _TAG: Final = re.compile(r"<[^>]*>")
+# The most of an upstream's plain-text error passed on, in characters.
+TEXT_MAX: Final = 500
 
 
 def request_head(url: URL, headers: Mapping[str, str]) -> bytes:
@@ -209,7 +211,11 @@ def status_error(
             text = body.decode("utf-8", "replace").strip()
             if "html" in content_type or text.startswith("<"):
                 text = ""  # an HTML page says nothing a client can use
-            text = " ".join(_TAG.sub(" ", text).split())[:500]
+            text = " ".join(_TAG.sub(" ", text).split())
+            if len(text) > TEXT_MAX:
+                # Whole words only: a secret cut in two would leave a part of it that the
+                # redaction (of whole secrets, later) cannot recognize.
+                text = text[: TEXT_MAX + 1].rpartition(" ")[0]
             message = text or f"The upstream answered {status} {reason}".rstrip()
         exc = UpstreamStatusError(message, upstream_status=status)
     if retry_after is not None:

@@ -72,92 +72,138 @@ def frames_from_response(body: bytes, ctx: RequestContext) -> list[bytes]:
     return frames
 
 
-def response_from_frames(frames: list[bytes], usage: dict[str, Any]) -> bytes:
-    """The canonical whole response that a canonical stream (its frames, [DONE] included) tells.
+class Collector:
+    """The canonical whole response that a canonical stream tells, put together as its frames
+    come (``add``), so that only what the answer says is kept, not every frame.
 
-    ``usage`` is the stream's (the normalizer's upstream counts or its estimate).
-    """
-    envelope: dict[str, Any] = {}
-    choices: dict[int, dict[str, Any]] = {}
-    chat = True
-    for frame in frames:
+    Text is kept as its pieces and joined once (``response``): a stream may bring megabytes in
+    thousands of pieces, and joining them one by one would copy the text so far each time."""
+
+    __slots__ = ("_chat", "_choices", "_envelope", "usage")
+
+    def __init__(self) -> None:
+        self._envelope: dict[str, Any] = {}
+        self._choices: dict[int, _Choice] = {}
+        self._chat = True
+        self.usage: dict[str, Any] | None = None  # the stream's usage chunk's, once it came
+
+    def add(self, frame: bytes) -> None:
+        """One canonical frame (``data: {...}``); [DONE] and anything after it are ignored."""
         data = frame[6:-2]  # b"data: " ... b"\n\n"
         if data == b"[DONE]":
-            break
+            return
         chunk = orjson.loads(data)
-        if not envelope:
-            chat = chunk["object"] == "chat.completion.chunk"
-            envelope = {
+        if not self._envelope:
+            self._chat = chunk["object"] == "chat.completion.chunk"
+            self._envelope = {
                 "id": chunk["id"],
-                "object": "chat.completion" if chat else "text_completion",
+                "object": "chat.completion" if self._chat else "text_completion",
                 "created": chunk["created"],
                 "model": chunk["model"],
             }
         for key in _PASSED_ON:
             if chunk.get(key):
-                envelope[key] = chunk[key]
+                self._envelope[key] = chunk[key]
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
         for choice in chunk["choices"]:
-            whole = choices.setdefault(choice["index"], _empty_choice(choice["index"], chat))
-            _add(whole, choice, chat)
-    for whole in choices.values():
-        if chat:
-            message: dict[str, Any] = whole["message"]
-            if not message["tool_calls"]:
-                del message["tool_calls"]
-            if not message["reasoning_content"]:
-                del message["reasoning_content"]
-            if not message["content"] and (message.get("tool_calls") or message["refusal"]):
-                message["content"] = None  # as OpenAI answers a tool call or a refusal
-    return orjson.dumps(
-        {**envelope, "choices": [choices[i] for i in sorted(choices)], "usage": usage}
-    )
+            index = choice["index"]
+            whole = self._choices.get(index)
+            if whole is None:
+                whole = self._choices[index] = _Choice(index)
+            whole.add(choice, self._chat)
+
+    def response(self, usage: dict[str, Any]) -> bytes:
+        """The whole response, with ``usage`` (the normalizer's counts or its estimate)."""
+        choices = [self._choices[i].whole(self._chat) for i in sorted(self._choices)]
+        return orjson.dumps({**self._envelope, "choices": choices, "usage": usage})
 
 
-def _empty_choice(index: int, chat: bool) -> dict[str, Any]:
-    if chat:
+def response_from_frames(frames: list[bytes], usage: dict[str, Any]) -> bytes:
+    """The canonical whole response that a canonical stream (its frames, [DONE] included) tells.
+
+    ``usage`` is the stream's (the normalizer's upstream counts or its estimate).
+    """
+    collector = Collector()
+    for frame in frames:
+        collector.add(frame)
+    return collector.response(usage)
+
+
+class _Choice:
+    """One choice of a collected stream: its pieces of text, joined once when it is whole."""
+
+    __slots__ = ("calls", "content", "finish_reason", "index", "logprobs", "reasoning", "refusal")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.finish_reason: str | None = None
+        self.logprobs: dict[str, Any] | None = None
+        self.content: list[str] = []  # a chat message's content, or a completion's text
+        self.reasoning: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: list[tuple[dict[str, Any], list[str]]] = []  # each call and its arguments
+
+    def add(self, choice: dict[str, Any], chat: bool) -> None:
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        if choice.get("logprobs"):
+            merged = self.logprobs if self.logprobs is not None else {}
+            for key, items in choice["logprobs"].items():
+                kept = merged.get(key)
+                if isinstance(items, list) and isinstance(kept, list):
+                    kept.extend(items)
+                elif isinstance(items, list):
+                    merged[key] = list(items)
+                else:
+                    merged.setdefault(key, items)  # the schema wants refusal: null kept, say
+            self.logprobs = merged
+        if not chat:
+            self.content.append(choice["text"])
+            return
+        delta = choice["delta"]
+        for pieces, key in (
+            (self.content, "content"),
+            (self.reasoning, "reasoning_content"),
+            (self.refusal, "refusal"),
+        ):
+            if delta.get(key):
+                pieces.append(delta[key])
+        for fragment in delta.get("tool_calls", ()):
+            function = fragment["function"]
+            if fragment["index"] == len(self.calls):
+                call = {"id": fragment["id"], "type": "function", "name": function["name"]}
+                self.calls.append((call, [function.get("arguments", "")]))
+            else:
+                self.calls[fragment["index"]][1].append(function["arguments"])
+
+    def whole(self, chat: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index}
+        if not chat:
+            out["text"] = "".join(self.content)
+            out["logprobs"] = self.logprobs
+            out["finish_reason"] = self.finish_reason
+            return out
+        calls = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": "".join(arguments)},
+            }
+            for call, arguments in self.calls
+        ]
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": "",
-            "refusal": None,
-            "reasoning_content": "",
-            "tool_calls": [],
+            "content": "".join(self.content),
+            "refusal": "".join(self.refusal) if self.refusal else None,
         }
-        return {"index": index, "message": message, "logprobs": None, "finish_reason": None}
-    return {"index": index, "text": "", "logprobs": None, "finish_reason": None}
-
-
-def _add(whole: dict[str, Any], choice: dict[str, Any], chat: bool) -> None:
-    if choice.get("finish_reason"):
-        whole["finish_reason"] = choice["finish_reason"]
-    if choice.get("logprobs"):
-        merged = whole["logprobs"] or {}
-        for key, items in choice["logprobs"].items():
-            if isinstance(items, list):
-                merged[key] = (merged.get(key) or []) + items
-            else:
-                merged.setdefault(key, items)  # the schema wants refusal: null kept, say
-        whole["logprobs"] = merged
-    if not chat:
-        whole["text"] += choice["text"]
-        return
-    message, delta = whole["message"], choice["delta"]
-    message["content"] += delta.get("content") or ""
-    message["reasoning_content"] += delta.get("reasoning_content") or ""
-    if delta.get("refusal"):
-        message["refusal"] = (message["refusal"] or "") + delta["refusal"]
-    for fragment in delta.get("tool_calls", ()):
-        calls = message["tool_calls"]
-        if fragment["index"] == len(calls):
-            function = fragment["function"]
-            calls.append(
-                {
-                    "id": fragment["id"],
-                    "type": "function",
-                    "function": {
-                        "name": function["name"],
-                        "arguments": function.get("arguments", ""),
-                    },
-                }
-            )
-        else:
-            calls[fragment["index"]]["function"]["arguments"] += fragment["function"]["arguments"]
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if calls:
+            message["tool_calls"] = calls
+        if not message["content"] and (calls or message["refusal"]):
+            message["content"] = None  # as OpenAI answers a tool call or a refusal
+        out["message"] = message
+        out["logprobs"] = self.logprobs
+        out["finish_reason"] = self.finish_reason
+        return out

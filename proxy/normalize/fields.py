@@ -56,6 +56,9 @@ class RequestContext:
     redact: Redactor | None = None
     choices: int = 0  # the most choices relayed (0: no bound); those past it are dropped
     encoding: str = "float"  # embeddings: "float" or "base64", as the client asked
+    # The most bytes a Responses stream keeps to repeat at its end (server.max_response_bytes;
+    # 0: no bound): past it, the stream ends failed.
+    keeps: int = 0
 
 
 def make_id(endpoint: Endpoint) -> str:

@@ -19,6 +19,8 @@ REDACT = Redactor(["sk-secret-value", "a/b+c=d&e", "sk-secret-value-longer"])
         ("GET /v1?key=a%2Fb%2Bc%3Dd%26e HTTP/1.1", "GET /v1?key=*** HTTP/1.1"),
         ("key=a%2Fb%2Bc%3Dd%26e", "key=***"),
         ("form: a%2Fb%2Bc%3Dd%26e", "form: ***"),
+        # As the proxy's own request line carries a query value ("/" left as it is).
+        ("POST /v1?key=a/b%2Bc%3Dd%26e HTTP/1.1", "POST /v1?key=*** HTTP/1.1"),
         ("a/b+c=d&e", "***"),
         ("nothing to hide", "nothing to hide"),
         ("sk-secret-valu", "sk-secret-valu"),  # a part of one is not it
@@ -36,12 +38,17 @@ def test_no_secrets_leave_texts_alone() -> None:
 
 def test_an_error_is_redacted_in_place() -> None:
     exc = UpstreamStatusError(
-        "bad key sk-secret-value", upstream_status=401, param="sk-secret-value", code="a/b+c=d&e"
+        "bad key sk-secret-value",
+        upstream_status=400,
+        upstream_type="key sk-secret-value refused",  # a provider's 4xx keeps its type
+        param="sk-secret-value",
+        code="a/b+c=d&e",
     )
     assert REDACT.error(exc) is exc
-    assert (exc.message, exc.param, exc.code, str(exc)) == (
+    assert (exc.message, exc.param, exc.code, exc.error_type, str(exc)) == (
         "bad key ***",
         "***",
         "***",
+        "key *** refused",
         "bad key ***",
     )

@@ -37,13 +37,17 @@ class _Partial:
     index: int
     args: dict[str, Any] = field(default_factory=dict)
     open: Path | None = None  # the member whose string value goes on in the next piece
-    text: str = ""  # that value so far
+    # The pieces of the string put at ``run`` last, joined into it once they have all come
+    # (``settle``): joined piece by piece, the string so far would be copied for each.
+    run: Path | None = None
+    pieces: list[str] = field(default_factory=list)
     size: int = 0
 
     def apply(self, piece: dict[str, Any]) -> None:
         path = _json_path(piece.get("jsonPath"))
         if path is None:
             raise Unreadable(f"a tool call argument at the JSON path {piece.get('jsonPath')!r}")
+        value: object
         if "stringValue" in piece:
             value = piece["stringValue"]
             if not isinstance(value, str):
@@ -51,8 +55,12 @@ class _Partial:
             self.size += len(value)
             if self.size > PENDING_MAX:
                 raise Unreadable("tool call arguments longer than the proxy keeps")
-            self.text = self.text + value if path == self.open else value
-            value = self.text
+            if path == self.open == self.run:
+                self.pieces.append(value)
+                self.open = path if piece.get("willContinue") is True else None
+                return
+            self.settle()
+            self.run, self.pieces = path, [value]
         elif "numberValue" in piece:
             value = piece["numberValue"]
         elif "boolValue" in piece:
@@ -61,8 +69,17 @@ class _Partial:
             value = None
         else:
             return  # a kind of value not known here
+        if "stringValue" not in piece:
+            self.settle()  # a later value at the same path is the one that stays
         _put(self.args, path, value)
         self.open = path if piece.get("willContinue") is True else None
+
+    def settle(self) -> None:
+        """Put the string that came in pieces whole at its path (its first piece holds its
+        place there, in the order the paths came)."""
+        if self.run is not None and len(self.pieces) > 1:
+            _put(self.args, self.run, "".join(self.pieces))
+        self.run, self.pieces = None, []
 
 
 @dataclass(slots=True)
@@ -112,6 +129,7 @@ class Candidate:
         if pending is None:
             return []
         self.pending = None
+        pending.settle()
         return [{"index": pending.index, "function": {"arguments": _dumps(pending.args)}}]
 
 

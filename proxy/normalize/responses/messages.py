@@ -42,6 +42,9 @@ def chat_messages(instructions: str | None, items: object) -> list[Message]:
     if not isinstance(items, list):
         raise wrong_type("input", "a string or an array of input items")
     reasoning: list[str] = []  # reasoning waiting for the assistant message it precedes
+    # Each assistant message's reasoning, joined once at the end: joined per item, alternating
+    # reasoning and function_call items would copy the growing text again for every pair.
+    thoughts: dict[int, tuple[Message, list[str]]] = {}
     answer: Message | None = None  # the assistant message later function calls belong to
     for position, item in enumerate(items):
         where = f"input[{position}]"
@@ -52,7 +55,7 @@ def chat_messages(instructions: str | None, items: object) -> list[Message]:
             message = _message(item, where)
             if message["role"] == "assistant":
                 answer = message
-                _think(message, reasoning)
+                _think(message, reasoning, thoughts)
             else:
                 answer = None
                 reasoning.clear()
@@ -61,7 +64,7 @@ def chat_messages(instructions: str | None, items: object) -> list[Message]:
             if answer is None:
                 answer = {"role": "assistant", "content": None}
                 messages.append(answer)
-            _think(answer, reasoning)
+            _think(answer, reasoning, thoughts)
             answer.setdefault("tool_calls", []).append(_call(item, where))
         elif kind == "function_call_output":
             answer = None
@@ -82,15 +85,21 @@ def chat_messages(instructions: str | None, items: object) -> list[Message]:
                 "input items may be messages, function_call, function_call_output and "
                 "reasoning items",
             )
+    for message, texts in thoughts.values():
+        message["reasoning_content"] = "\n\n".join(texts)
     return messages
 
 
-def _think(message: Message, reasoning: list[str]) -> None:
+def _think(
+    message: Message, reasoning: list[str], thoughts: dict[int, tuple[Message, list[str]]]
+) -> None:
     if not reasoning:
         return
-    text = "\n\n".join(reasoning)
-    earlier = message.get("reasoning_content")
-    message["reasoning_content"] = f"{earlier}\n\n{text}" if earlier else text
+    entry = thoughts.get(id(message))
+    if entry is None:
+        message["reasoning_content"] = ""  # its place among the keys; joined at the end
+        entry = thoughts[id(message)] = (message, [])
+    entry[1].extend(reasoning)
     reasoning.clear()
 
 

@@ -15,6 +15,7 @@ import secrets
 from typing import Any, Final
 
 from proxy.core.errors import UpstreamProtocolError
+from proxy.core.redact import Redactor
 from proxy.core.usage import Usage
 from proxy.normalize.responses.shapes import NOT_NULL, TABLE
 from proxy.normalize.responses.stream import encode_event, response_error
@@ -92,9 +93,11 @@ def _object(value: dict[str, Any], name: str) -> object:
     return out
 
 
-def hold_response(body: object, *, model: str, created: int) -> dict[str, Any]:
+def hold_response(
+    body: object, *, model: str, created: int, redact: Redactor | None = None
+) -> dict[str, Any]:
     """The provider's Response ``body`` as the client gets it (``created`` for a provider
-    that gave no ``created_at``)."""
+    that gave no ``created_at``; ``redact``: the configured secrets, out of its error text)."""
     if not isinstance(body, dict):
         raise UpstreamProtocolError("The upstream's response is not a JSON object")
     held = _object(body, "Response")
@@ -102,6 +105,17 @@ def hold_response(body: object, *, model: str, created: int) -> dict[str, Any]:
     for key in NOT_NULL & held.keys():
         if held[key] is None:
             del held[key]
+    if "usage" in held:
+        usage = _held_usage(held["usage"])
+        if usage is None:
+            del held["usage"]  # not counts: the schema allows a Response without
+        else:
+            held["usage"] = usage
+    if held.get("error") is not None:
+        # The schema's codes only, as on a stream (``response_error``); the text redacted.
+        held["error"] = response_error(held["error"])
+        if redact is not None:
+            redact.error_object(held["error"])
     for key, default in _REQUIRED.items():
         held.setdefault(key, default)
     for key, empty in _REQUIRED_EMPTY.items():
@@ -113,40 +127,71 @@ def hold_response(body: object, *, model: str, created: int) -> dict[str, Any]:
     return held
 
 
-def metered_usage(response: dict[str, Any]) -> Usage | None:
-    """What a Response's ``usage`` says was consumed; None when it says nothing."""
-    usage = response.get("usage")
+def _count(value: object) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _detail(details: object, key: str) -> int:
+    return (_count(details.get(key)) if isinstance(details, dict) else None) or 0
+
+
+def _held_usage(usage: object) -> dict[str, Any] | None:
+    """A Response's ``usage`` as the schema has it (every count a non-negative integer, the
+    details it requires present), or None where the provider's main counts are no counts: a
+    client's SDK would choke on a string or a negative number (the spec's ResponseUsage)."""
     if not isinstance(usage, dict):
         return None
-    counts = [usage.get(key) for key in ("input_tokens", "output_tokens", "total_tokens")]
-    if not all(type(count) is int and count >= 0 for count in counts):
+    counts = [_count(usage.get(key)) for key in ("input_tokens", "output_tokens", "total_tokens")]
+    if None in counts:
         return None
-    prompt, completion, total = counts
-    assert prompt is not None and completion is not None and total is not None
     inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
-    cached = inputs.get("cached_tokens") if isinstance(inputs, dict) else None
-    reasoning = outputs.get("reasoning_tokens") if isinstance(outputs, dict) else None
+    return {
+        "input_tokens": counts[0],
+        "input_tokens_details": {
+            "cached_tokens": _detail(inputs, "cached_tokens"),
+            "cache_write_tokens": _detail(inputs, "cache_write_tokens"),
+        },
+        "output_tokens": counts[1],
+        "output_tokens_details": {"reasoning_tokens": _detail(outputs, "reasoning_tokens")},
+        "total_tokens": counts[2],
+    }
+
+
+def metered_usage(response: dict[str, Any]) -> Usage | None:
+    """What a Response's ``usage`` says was consumed; None when it says nothing."""
+    usage = _held_usage(response.get("usage"))
+    if usage is None:
+        return None
     return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=total,
-        cached_tokens=cached if type(cached) is int else 0,
-        reasoning_tokens=reasoning if type(reasoning) is int else 0,
+        prompt_tokens=usage["input_tokens"],
+        completion_tokens=usage["output_tokens"],
+        total_tokens=usage["total_tokens"],
+        cached_tokens=usage["input_tokens_details"]["cached_tokens"],
+        reasoning_tokens=usage["output_tokens_details"]["reasoning_tokens"],
     )
 
 
 class PassthroughEvents:
     """A provider's Responses stream: ``feed`` each upstream event's parsed JSON, then
-    ``finish`` at its end (or ``fail`` when the upstream fails)."""
+    ``finish`` at its end (or ``fail`` when the upstream fails).
 
-    def __init__(self, *, model: str, created: int) -> None:
+    ``limit``: the most bytes of finished output items kept for a ``response.failed`` (0: no
+    bound); past it the stream ends with one, and ``overflow`` says why."""
+
+    def __init__(
+        self, *, model: str, created: int, redact: Redactor | None = None, limit: int = 0
+    ) -> None:
         self.model = model
         self.created = created
+        self.redact = redact  # the configured secrets, out of every error text relayed
         self.ended = False  # the terminal event was written
         self.response: dict[str, Any] | None = None  # the latest Response the stream showed
         self._sequence = 0
         self._done: dict[int, dict[str, Any]] = {}  # output items finished, by output_index
         self._error: dict[str, str] | None = None  # the upstream's last ``error`` event
+        self.limit = limit
+        self._kept = 0  # the bytes of the items in ``_done``, as relayed
+        self.overflow: UpstreamProtocolError | None = None
 
     @property
     def usage(self) -> Usage | None:
@@ -161,15 +206,26 @@ class PassthroughEvents:
         kind = held.get("type")
         if isinstance(held.get("response"), dict):
             held["response"] = self.response = hold_response(
-                held["response"], model=self.model, created=self.created
+                held["response"], model=self.model, created=self.created, redact=self.redact
             )
         elif "response" in held:
             return []  # a lifecycle event without its Response
         item = held.get("item")
         if kind == "response.output_item.done" and isinstance(item, dict):
+            frame = self._frame(held)
+            self._kept += len(frame)
+            if self.limit and self._kept > self.limit:
+                self.overflow = UpstreamProtocolError(
+                    f"The upstream's output items are larger than the limit of {self.limit} "
+                    "bytes that a Responses stream keeps"
+                )
+                return [frame, *self.fail({"message": self.overflow.message})]
             index = held.get("output_index")
             self._done[index if isinstance(index, int) else len(self._done)] = item
+            return [frame]
         if kind == "error":
+            if self.redact is not None:  # the upstream's words, on their way to the client
+                self.redact.error_object(held)
             self._error = response_error(held)
         if kind in _TERMINAL:
             self.ended = True
@@ -187,6 +243,8 @@ class PassthroughEvents:
         response = dict(self.response or hold_response({}, model=self.model, created=self.created))
         response["status"] = "failed"
         response["error"] = response_error(error)
+        if self.redact is not None:
+            self.redact.error_object(response["error"])
         response["output"] = [self._done[index] for index in sorted(self._done)]
         self.response = response
         return [self._frame({"type": "response.failed", "response": response})]

@@ -13,7 +13,7 @@ from proxy.core.errors import ProxyError, UpstreamProtocolError, error_body
 from proxy.core.sse import Event
 from proxy.core.usage import Usage, estimated_usage, prompt_chars
 from proxy.normalize import ApiFamily
-from proxy.normalize.fields import RequestContext, upstream_object
+from proxy.normalize.fields import RequestContext, upstream_error, upstream_object
 from proxy.normalize.present import EventStream
 from proxy.normalize.response import Normalized
 from proxy.normalize.responses.echo import Echo
@@ -25,15 +25,19 @@ __all__ = ["PASSTHROUGH", "PassthroughStream", "ResponsesPresenter", "passthroug
 
 
 class ResponsesPresenter:
-    """One Responses request answered through chat: its ids, time and echo, fixed once."""
+    """One Responses request answered through chat: its ids, time and echo, fixed once
+    (``limit``: the most bytes of text a stream's items keep, ``ResponsesEvents``)."""
 
-    __slots__ = ("created", "echo", "model", "response_id")
+    __slots__ = ("created", "echo", "limit", "model", "response_id")
 
-    def __init__(self, echo: Echo, *, response_id: str, created: int, model: str) -> None:
+    def __init__(
+        self, echo: Echo, *, response_id: str, created: int, model: str, limit: int = 0
+    ) -> None:
         self.echo = echo
         self.response_id = response_id
         self.created = created
         self.model = model  # the client's name for it
+        self.limit = limit
 
     def whole(self, body: bytes) -> bytes:
         chat = orjson.loads(body)
@@ -57,7 +61,11 @@ class ResponsesPresenter:
 
     def _events(self) -> ResponsesEvents:
         return ResponsesEvents(
-            self.echo, response_id=self.response_id, created=self.created, model=self.model
+            self.echo,
+            response_id=self.response_id,
+            created=self.created,
+            model=self.model,
+            limit=self.limit,
         )
 
 
@@ -65,7 +73,8 @@ class _PresentedStream:
     """The chat stream's normalizer, its frames turned into Responses events on the way out.
 
     Its error, usage and fixes are the chat stream's: what the upstream did is metered and
-    told as for any chat stream; only the client's bytes differ."""
+    told as for any chat stream; only the client's bytes differ. But it ends, failed, where
+    the Responses stream keeps more text than its limit (``ResponsesEvents.overflow``)."""
 
     __slots__ = ("_events", "_inner")
 
@@ -75,11 +84,11 @@ class _PresentedStream:
 
     @property
     def ended(self) -> bool:
-        return self._inner.ended
+        return self._inner.ended or self._events.overflow is not None
 
     @property
     def error(self) -> ProxyError | None:
-        return self._inner.error
+        return self._inner.error or self._events.overflow
 
     @property
     def fixes(self) -> set[str]:
@@ -117,7 +126,9 @@ class PassthroughStream:
 
     def __init__(self, ctx: RequestContext) -> None:
         self._ctx = ctx
-        self._events = PassthroughEvents(model=ctx.model, created=ctx.created)
+        self._events = PassthroughEvents(
+            model=ctx.model, created=ctx.created, redact=ctx.redact, limit=ctx.keeps
+        )
         self._error: ProxyError | None = None
         self._fixes: set[str] = set()  # the upstream speaks the client's API: nothing to fix
 
@@ -127,7 +138,7 @@ class PassthroughStream:
 
     @property
     def error(self) -> ProxyError | None:
-        return self._error
+        return self._error or self._events.overflow
 
     @property
     def fixes(self) -> set[str]:
@@ -171,7 +182,11 @@ class PassthroughStream:
 
 def passthrough_response(raw: bytes, ctx: RequestContext) -> Normalized:
     """A provider's own whole Response, held to the contract."""
-    held = hold_response(upstream_object(raw), model=ctx.model, created=ctx.created)
+    body = upstream_object(raw)
+    if body.get("error") and not body.get("output"):
+        # HTTP 200 and an error, as on the chat path: the upstream failed, whatever it says.
+        raise upstream_error(body["error"])
+    held = hold_response(body, model=ctx.model, created=ctx.created, redact=ctx.redact)
     usage = metered_usage(held)
     if usage is None:
         usage = estimated_usage(prompt_chars(ctx.prompt), 0, 0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from proxy.core.errors import ProxyError, UpstreamProtocolError, error_body
 from proxy.normalize.responses.echo import Echo, Status, responses_usage
 from proxy.normalize.responses.output import Event, Output, outcome
 
@@ -67,9 +68,16 @@ def response_error(error: object) -> dict[str, str]:
 
 class ResponsesEvents:
     """One Responses stream: ``start``, then ``chunk`` for every canonical chat chunk (or
-    ``frame`` for every canonical chat frame), then ``end`` or ``fail``."""
+    ``frame`` for every canonical chat frame), then ``end`` or ``fail``.
 
-    def __init__(self, echo: Echo, *, response_id: str, created: int, model: str) -> None:
+    ``limit``: the most bytes of text (UTF-8) its items may keep (0: no bound). The API repeats
+    every item's text in its ``.done`` events and the final Response, so an answer's text is
+    kept until the end; past the limit the stream ends with ``response.failed``, and
+    ``overflow`` says why."""
+
+    def __init__(
+        self, echo: Echo, *, response_id: str, created: int, model: str, limit: int = 0
+    ) -> None:
         self.echo = echo
         self.response_id = response_id
         self.created = created
@@ -81,6 +89,9 @@ class ResponsesEvents:
         self._finish: object = None
         self._usage: dict[str, Any] | None = None
         self._tier: str | None = None
+        self.limit = limit
+        self._kept = 0  # the bytes of text the items hold
+        self.overflow: ProxyError | None = None
 
     def start(self) -> list[bytes]:
         """``response.created`` and ``response.in_progress``: an empty Response in progress."""
@@ -113,6 +124,7 @@ class ResponsesEvents:
                 continue  # a Responses request asks for one choice
             delta = choice.get("delta")
             if isinstance(delta, dict):
+                self._kept += _text_size(delta)
                 events += output.reasoning(delta.get("reasoning_content"))
                 events += output.content(delta.get("content"))
                 events += output.content(delta.get("refusal"), "refusal")
@@ -122,6 +134,12 @@ class ResponsesEvents:
             if finish is not None:
                 self._finish = finish
                 events += output.finish(outcome(finish)[0])
+        if self.limit and self._kept > self.limit:
+            self.overflow = UpstreamProtocolError(
+                f"The answer is larger than the limit of {self.limit} bytes that a Responses "
+                "stream keeps"
+            )
+            return out + self._frames(events) + self.fail(error_body(self.overflow))
         return out + self._frames(events)
 
     def frame(self, data: bytes) -> list[bytes]:
@@ -190,6 +208,21 @@ class ResponsesEvents:
             self._sequence += 1
             out.append(encode_event(event))
         return out
+
+
+def _text_size(delta: dict[str, Any]) -> int:
+    """The bytes of text (UTF-8) a chat delta adds to an answer's items."""
+    size = 0
+    for key in ("reasoning_content", "content", "refusal"):
+        text = delta.get(key)
+        if isinstance(text, str):
+            size += len(text.encode(errors="surrogatepass"))
+    for fragment in delta.get("tool_calls") or ():
+        function = fragment.get("function") if isinstance(fragment, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            size += len(arguments.encode(errors="surrogatepass"))
+    return size
 
 
 def responses_frames(
