@@ -86,8 +86,9 @@ def test_a_worker_that_cannot_start_is_retried_ever_later_while_the_other_serves
         assert len(failures) - 1 <= len(delays) <= len(failures), said
         assert delays, said
         assert all(later == 2 * earlier for earlier, later in itertools.pairwise(delays)), delays
-        # The worker that was not killed serves throughout.
-        assert worker_pids(served) == [alive]
+        # The worker that was not killed serves throughout (beside it, at most a new one in
+        # the middle of its failing start, on a loaded machine).
+        assert alive in worker_pids(served) and len(worker_pids(served)) <= 2
         assert http_status(served.root + "/readyz")[0] == 200
         # Mended: the next start (at most 8 s after the last failure) succeeds.
         config.write_text(good)
