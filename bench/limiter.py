@@ -2,7 +2,7 @@
 
     python bench/limiter.py [--modes off,memory,redis] [--turns 100] [--source CHECKOUT]
 
-``proxy.http.limiter.Limiter`` without a server around it: each turn of the loop admits 64
+``proxy.http.limits.limiter.Limiter`` without a server around it: each turn of the loop admits 64
 requests of the bench team (bench/limits.py's limits: every one on, far too high to refuse
 anything), then merges each one's x-ratelimit headers into a response's (aiohttp's writing
 of them, about 155 ns a header, is left out), and finishes it with a usage. ``off`` finishes
@@ -43,10 +43,10 @@ async def serve(mode: str, redis_url: str | None, turns: int) -> None:
 
     from proxy.core.config import Team
     from proxy.core.exchange import Exchange
-    from proxy.core.limits import Budget, Limits
-    from proxy.core.limits_config import State
+    from proxy.core.limits.admission import Budget, Limits
+    from proxy.core.limits.config import State
     from proxy.core.usage import Usage
-    from proxy.http.limiter import Limiter, store_for
+    from proxy.http.limits.limiter import Limiter, store_for
 
     class Events:
         def state_changed(self, up: bool) -> None:

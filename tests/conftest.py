@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Servers, running_servers
-from tests.replay import goldens, recordings
+from tests.support.harness import Servers, running_servers
+from tests.support.replay import goldens, recordings
 
 DIALECT_PROVIDER = {
     "openai": "emu",

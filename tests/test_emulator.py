@@ -28,7 +28,7 @@ from proxy.emulator.recording import (
     split_lines,
 )
 from proxy.emulator.server import EMULATOR, REQUEST_LOG_SIZE
-from tests.schema import validate
+from tests.support.schema import validate
 
 CATALOGUE = Path(__file__).parent / "fixtures" / "providers"
 EMBEDDINGS = Path(__file__).parent / "fixtures" / "embeddings"

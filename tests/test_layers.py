@@ -5,6 +5,9 @@
     normalize  the normalizers and the upstream dialects (pure)
     core       configuration, errors, auth, routing, usage, metering, the request model (pure)
 
+Team limits live in a folder of their own in each layer they touch (``core/limits/``,
+``http/limits/``, ``ops/limits/``), and nowhere else.
+
 A module may import its own layer and those below it; the pure layers import neither aiohttp
 nor asyncio (nor any other I/O library). The emulator is a tool of its own beside them: it
 imports nothing of theirs, and only the CLI (ops) starts it.
@@ -130,3 +133,27 @@ def test_provider_knowledge_lives_in_the_dialects_alone() -> None:
         if mark in path.read_text(encoding="utf-8")
     ]
     assert found == []
+
+
+# Words that, in a module's name, say it is about team limits (and so belongs in limits/).
+LIMITS_WORDS = ("limit", "ledger", "tally", "prefetch", "redis", "resp", "store", "lua")
+
+
+def test_limits_live_in_a_folder_of_their_own_in_each_layer() -> None:
+    for layer in ("core", "http", "ops"):
+        assert (PACKAGE / layer / "limits" / "__init__.py").is_file(), layer
+    stray = [
+        str(path.relative_to(PACKAGE))
+        for layer in LAYERS
+        for path in sorted((PACKAGE / layer).glob("*.py"))
+        if any(word in path.stem for word in LIMITS_WORDS)
+    ]
+    assert stray == []
+
+
+def test_http_holds_the_client_the_relay_and_the_handlers() -> None:
+    modules = {path.stem for path in (PACKAGE / "http").glob("*.py")} - {"__init__"}
+    client = {"connection", "pool", "upstream", "deadline"}
+    relay = {"relay", "pipe", "reply", "batch"}
+    handlers = {"app", "completion", "admin", "state"}
+    assert modules <= client | relay | handlers, modules - (client | relay | handlers)

@@ -30,7 +30,17 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from proxy.core.checker import (
+from proxy.core.errors import ConfigError
+from proxy.core.limits.admission import NO_LIMITS, Limits
+from proxy.core.limits.config import (
+    State,
+    check_usd_budgets,
+    parse_admin,
+    parse_limits,
+    parse_state,
+)
+from proxy.core.prices import Price, file_prices, parse_prices, price_for
+from proxy.core.yaml_readers import (
     Checker,
     Invalid,
     boolean,
@@ -43,16 +53,6 @@ from proxy.core.checker import (
     read_yaml,
     text,
 )
-from proxy.core.errors import ConfigError
-from proxy.core.limits import NO_LIMITS, Limits
-from proxy.core.limits_config import (
-    State,
-    check_usd_budgets,
-    parse_admin,
-    parse_limits,
-    parse_state,
-)
-from proxy.core.prices import Price, file_prices, parse_prices, price_for
 
 # The native APIs a provider's ``api`` may name besides OpenAI's; each is also its dialect.
 NATIVE_APIS = frozenset({"anthropic", "gemini", "cohere", "ollama", "tgi"})
@@ -608,7 +608,7 @@ def _keys(
     return tuple(digests)
 
 
-# --- the readers of this contract's own values (the general ones are in proxy.core.checker) ------
+# --- the readers of this contract's own values (the general ones: proxy.core.yaml_readers) ---
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 section 5.6.2, token
 # How a request is framed and its connection kept (RFC 9112 6, RFC 9110 7.6.1 and 10.1.1): the

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Final
 
 from proxy.core.exchange import Exchange
-from proxy.core.fixes import FIXES
+from proxy.core.fix_names import FIXES
 from proxy.core.usage import Usage
 
 ENDPOINTS: Final = ("chat", "completions", "responses", "embeddings", "models", "other")

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from proxy.core.checker import Checker, Invalid
 from proxy.core.usage import Usage
+from proxy.core.yaml_readers import Checker, Invalid
 
 __all__ = ["PRICE_KEYS", "Price", "file_prices", "parse_prices", "price_for"]
 

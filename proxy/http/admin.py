@@ -24,11 +24,11 @@ from proxy.core.errors import (
     PermissionDenied,
     ServiceUnavailable,
 )
-from proxy.core.ledger import parse_period, total
-from proxy.http.limiter import Limiter
+from proxy.core.limits.ledger import parse_period, total
+from proxy.http.limits.limiter import Limiter
+from proxy.http.limits.stores import StoreUnavailable
 from proxy.http.reply import JsonReply
 from proxy.http.state import Runtime, State
-from proxy.http.stores import StoreUnavailable
 
 PATHS = ("/admin/usage", "/admin/limits")
 

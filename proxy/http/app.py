@@ -38,7 +38,7 @@ from proxy.http.admin import handle_admin
 from proxy.http.batch import REPORT_DELAY, Batch
 from proxy.http.completion import handle_completion
 from proxy.http.deadline import Deadlines
-from proxy.http.limiter import Limiter, Shown, store_for
+from proxy.http.limits.limiter import Limiter, Shown, store_for
 from proxy.http.pipe import Relays
 from proxy.http.pool import Pool
 from proxy.http.reply import JsonReply

@@ -31,10 +31,10 @@ from proxy.core.errors import (
     handled,
 )
 from proxy.core.exchange import Exchange
-from proxy.core.limits import Reservation, prompt_estimate
-from proxy.core.request import ClientRequest, parse_request, upstream_body
+from proxy.core.limits.admission import Reservation, prompt_estimate
+from proxy.core.request import ClientRequest, Endpoint, parse_request, upstream_body
 from proxy.http.deadline import Deadline
-from proxy.http.limiter import Limiter
+from proxy.http.limits.limiter import Limiter
 from proxy.http.pool import Slots
 from proxy.http.relay import (
     SENT_AT_ONCE,
@@ -46,7 +46,7 @@ from proxy.http.relay import (
 )
 from proxy.http.reply import JsonReply
 from proxy.http.state import Runtime, State
-from proxy.normalize import API_FAMILIES, Endpoint, RequestContext
+from proxy.normalize import API_FAMILIES, RequestContext
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
 from proxy.normalize.present import Presenter
 from proxy.normalize.responses.call import (

@@ -21,7 +21,7 @@ from proxy.core.prices import Price
 from proxy.core.redact import Redactor
 from proxy.core.routing import ModelTable
 from proxy.http.deadline import Deadlines
-from proxy.http.limiter import Limiter, Shown
+from proxy.http.limits.limiter import Limiter, Shown
 from proxy.http.pipe import Relays
 from proxy.http.upstream import Target, UpstreamClient, target_for
 
@@ -67,7 +67,7 @@ class Observer:
         them already."""
 
     def limits_seen(self, shown: Shown) -> None:
-        """The teams' limits as they stand now (``proxy.core.limits_view``), read every
+        """The teams' limits as they stand now (``proxy.core.limits.view``), read every
         ``limiter.GAUGE_SECONDS``."""
 
     def flush(self) -> None:

@@ -34,9 +34,9 @@ from proxy.core.errors import (
     UpstreamStatusError,
     UpstreamTimeout,
 )
+from proxy.core.request import Endpoint
 from proxy.http.connection import Body, BrokenAnswer, InvalidAnswer, UpstreamConnection
 from proxy.http.pool import Origin, Pool, Slots
-from proxy.normalize import Endpoint
 from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.fields import upstream_error
 

@@ -12,21 +12,19 @@ from dataclasses import dataclass
 from typing import Final
 
 from proxy.core.config import APIS
-from proxy.core.fixes import FIXES
-from proxy.core.request import Endpoint
+from proxy.core.fix_names import FIXES
 from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.embeddings import normalize_embeddings
 from proxy.normalize.fields import RequestContext
 from proxy.normalize.present import EventStream
-from proxy.normalize.response import Normalized, normalize_response
 from proxy.normalize.stream import StreamNormalizer
+from proxy.normalize.whole import Normalized, normalize_response
 
 __all__ = [
     "API_FAMILIES",
     "DIALECTS",
     "FIXES",
     "ApiFamily",
-    "Endpoint",
     "Normalized",
     "RequestContext",
     "StreamNormalizer",

@@ -19,12 +19,12 @@ from typing import Any, Final
 import orjson
 
 from proxy.core.errors import UpstreamProtocolError
-from proxy.core.fixes import FIX_ENVELOPE, FIX_EXTRAS, FIX_USAGE
+from proxy.core.fix_names import FIX_ENVELOPE, FIX_EXTRAS, FIX_USAGE
 from proxy.core.request import embedding_inputs
 from proxy.core.usage import Usage, estimate_tokens
 from proxy.normalize.dialects import DIALECTS
 from proxy.normalize.fields import RequestContext, upstream_error, upstream_object
-from proxy.normalize.response import Normalized
+from proxy.normalize.whole import Normalized
 
 _RESPONSE_KEYS: Final = frozenset({"object", "data", "model", "usage"})
 _ITEM_KEYS: Final = frozenset({"object", "index", "embedding"})

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import UpstreamProtocolError, UpstreamStatusError
-from proxy.core.fixes import (
+from proxy.core.fix_names import (
     FIX_CONTENT_PARTS,
     FIX_REASONING,
 )

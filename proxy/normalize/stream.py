@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import ProxyError, UpstreamProtocolError, error_body
-from proxy.core.fixes import (
+from proxy.core.fix_names import (
     FIX_CUT_SHORT,
     FIX_EMPTY_CHUNK,
     FIX_ENVELOPE,

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import UpstreamProtocolError
-from proxy.core.fixes import FIX_TOOL_CALLS
+from proxy.core.fix_names import FIX_TOOL_CALLS
 from proxy.normalize.fields import make_call_id
 
 # The most argument text kept for calls whose name has not come yet: one that never names

@@ -27,7 +27,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from proxy.core.config import Deployment
 from proxy.core.errors import AuthenticationFailed
 from proxy.core.exchange import Exchange
-from proxy.core.fixes import FIXES
+from proxy.core.fix_names import FIXES
 from proxy.core.metering import (
     ENDPOINTS,
     TOKEN_TYPES,

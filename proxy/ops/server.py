@@ -42,10 +42,10 @@ from proxy.http.app import Gateway, Observer, Runtime, State
 from proxy.http.reply import JsonReply
 from proxy.ops.access_log import AccessLog
 from proxy.ops.collector import Collector
-from proxy.ops.limit_metrics import LimitMetrics
+from proxy.ops.limits.metrics import LimitMetrics
+from proxy.ops.limits.state_service import StateService
 from proxy.ops.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
 from proxy.ops.outlet import Outlet, OutletHandler
-from proxy.ops.state_service import StateService
 
 log = logging.getLogger("proxy.server")
 

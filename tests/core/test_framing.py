@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from proxy.core.errors import UpstreamProtocolError
 from proxy.core.framing import Decoder, JSONArrayDecoder, NDJSONDecoder, decoder_for
 from proxy.core.sse import SSEDecoder
-from tests.replay import FIXTURES
+from tests.support.replay import FIXTURES
 
 
 def run(decoder: Decoder, reads: list[bytes]) -> list[bytes]:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.errors import to_openai_error
-from proxy.core.limits import (
+from proxy.core.limits.admission import (
     GRACE_SECONDS,
     Budget,
     Limits,
@@ -26,8 +26,8 @@ from proxy.core.limits import (
     unchecked_in,
     window,
 )
-from proxy.core.limits_lua import RESERVE, reserve_call, reserve_decision, reserve_replies
-from proxy.core.limits_store import MemoryStore
+from proxy.core.limits.memory import MemoryStore
+from proxy.core.limits.scripts import RESERVE, reserve_call, reserve_decision, reserve_replies
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
 

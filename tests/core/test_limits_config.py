@@ -5,8 +5,8 @@ import yaml
 
 from proxy.core.config import Config, key_digest, parse_config
 from proxy.core.errors import ConfigError
-from proxy.core.limits import NO_LIMITS, Budget, Limits
-from proxy.core.limits_config import State
+from proxy.core.limits.admission import NO_LIMITS, Budget, Limits
+from proxy.core.limits.config import State
 
 BASE = """
 providers: {p: {base_url: 'https://p.example/v1'}, q: {base_url: 'https://q.example/v1'}}

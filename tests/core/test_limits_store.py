@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.core.ledger import FIELD_MAX, Ledger, entry
-from proxy.core.limits import (
+from proxy.core.limits.admission import (
     COUNT_MAX,
     LIMIT_MAX,
     Budget,
@@ -25,10 +24,11 @@ from proxy.core.limits import (
     reserve,
     settle,
 )
-from proxy.core.limits_lua import reserve_call, reserve_decision
-from proxy.core.limits_store import MemoryStore
+from proxy.core.limits.ledger import FIELD_MAX, Ledger, entry
+from proxy.core.limits.memory import MemoryStore
+from proxy.core.limits.scripts import reserve_call, reserve_decision
+from proxy.core.limits.tally import Tally
 from proxy.core.prices import Price
-from proxy.core.tally import Tally
 from proxy.core.usage import Usage
 
 T0 = datetime(2025, 6, 14, 12, 30, 0, tzinfo=UTC).timestamp()

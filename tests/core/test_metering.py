@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.core.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
-from proxy.core.fixes import FIXES
+from proxy.core.fix_names import FIXES
 from proxy.core.metering import (
     FIX_NAMES,
     TOKEN_TYPES,

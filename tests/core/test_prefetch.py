@@ -1,4 +1,4 @@
-"""Reservations made ahead (``proxy.core.prefetch``), against the store's reference semantics
+"""Reservations made ahead (``proxy.core.limits.prefetch``), against the store's reference semantics
 (``MemoryStore``): workers' pools sharing one store never pass a limit, fill only far from the
 limits, and give back all they did not use."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.limits import (
+from proxy.core.limits.admission import (
     Budget,
     Decision,
     Limits,
@@ -21,8 +21,8 @@ from proxy.core.limits import (
     reserve,
     settle,
 )
-from proxy.core.limits_store import MemoryStore
-from proxy.core.prefetch import FACTOR, FIRST, IDLE_SECONDS, MOST, Pool
+from proxy.core.limits.memory import MemoryStore
+from proxy.core.limits.prefetch import FACTOR, FIRST, IDLE_SECONDS, MOST, Pool
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.tools import promtool
+from tests.support.tools import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"

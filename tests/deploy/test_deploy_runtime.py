@@ -38,7 +38,7 @@ from tests.deploy.test_deploy_grafana import panels as dashboard_panels
 from tests.deploy.test_deploy_grafana import queries as dashboard_queries
 from tests.deploy.test_deploy_kubernetes import container_environment, mounted_config_text
 from tests.deploy.test_deploy_prometheus import rules
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"

@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
-from tests.hostile import EVENT_STREAM_HEAD, chunk, proxied, text_event
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, Servers
+from tests.support.hostile import EVENT_STREAM_HEAD, chunk, proxied, text_event
 
 CHAT = [{"role": "user", "content": "Hello"}]
 

@@ -12,7 +12,7 @@ from proxy.core.exchange import Exchange
 from proxy.core.usage import Usage
 from proxy.http.batch import Batch
 from proxy.ops.metrics import FLUSH_DELAY, Exposition, ProxyMetrics
-from tests.metrics_support import read_samples, total
+from tests.support.metrics import read_samples, total
 
 
 async def test_one_flush_per_loop_turn() -> None:

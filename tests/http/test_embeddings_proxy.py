@@ -19,15 +19,15 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import (
+from tests.support.harness import (
     TEAM_KEY,
     UPSTREAM_SECRET,
     Servers,
     forget_upstream_requests,
     upstream_requests,
 )
-from tests.hostile import proxied
-from tests.schema import validate
+from tests.support.hostile import proxied
+from tests.support.schema import validate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings"
 TWO = ["hello", "goodbye"]

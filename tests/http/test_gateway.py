@@ -11,7 +11,7 @@ import pytest
 
 from proxy.core.exchange import Exchange
 from proxy.http.app import Observer
-from tests.harness import TEAM_KEY, Servers
+from tests.support.harness import TEAM_KEY, Servers
 
 
 class Failing(Observer):

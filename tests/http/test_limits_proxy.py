@@ -16,7 +16,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, Servers
 
 ADMIN_KEY = "sk-test-admin"
 HELLO = [{"role": "user", "content": "Hello"}]

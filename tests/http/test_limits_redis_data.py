@@ -14,10 +14,10 @@ import aiohttp
 import orjson
 import pytest
 
-from proxy.core.limits import COUNT_MAX
-from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
-from tests.hostile import proxied
-from tests.redis_server import RedisServer, redis_server
+from proxy.core.limits.admission import COUNT_MAX
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, Servers
+from tests.support.hostile import proxied
+from tests.support.redis_server import RedisServer, redis_server
 
 ADMIN_KEY = "sk-test-admin"
 HUGE = 2**53 - 1  # the largest count the proxy takes from an upstream

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from proxy.core.ledger import entry
-from proxy.core.limits import Budget, Limits, Reservation, reserve, settle
-from proxy.core.tally import Tally
+from proxy.core.limits.admission import Budget, Limits, Reservation, reserve, settle
+from proxy.core.limits.ledger import entry
+from proxy.core.limits.tally import Tally
 from proxy.core.usage import Usage
-from proxy.http.stores import LocalStore
+from proxy.http.limits.stores import LocalStore
 
 LIMITS = Limits(requests_per_minute=10, tokens_per_minute=1000, concurrency=5,
                 budget=Budget("tokens", 10_000, "month"))  # fmt: skip

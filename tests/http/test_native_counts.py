@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from proxy.core.usage import estimate_tokens, prompt_chars
-from tests.harness import TEAM_KEY, Servers
-from tests.hostile import HostileUpstream, chunk
+from tests.support.harness import TEAM_KEY, Servers
+from tests.support.hostile import HostileUpstream, chunk
 
 PROVIDERS = Path(__file__).resolve().parents[1] / "fixtures" / "providers"
 BAD = {"negative": "-5", "string": '"12"', "huge": "1e300", "fraction": "3.5"}

@@ -14,15 +14,15 @@ import openai
 import orjson
 import pytest
 
-from tests import recorded
-from tests.harness import (
+from tests.support import recorded
+from tests.support.harness import (
     TEAM_KEY,
     UPSTREAM_SECRET,
     Servers,
     forget_upstream_requests,
     upstream_requests,
 )
-from tests.replay import GOLDEN
+from tests.support.replay import GOLDEN
 
 TOOLS: Any = [
     {

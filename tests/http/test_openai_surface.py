@@ -10,8 +10,8 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
-from tests.replay import GOLDEN
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, Servers
+from tests.support.replay import GOLDEN
 
 CHAT: Any = [{"role": "user", "content": "Hello"}]
 

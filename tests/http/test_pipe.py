@@ -27,7 +27,7 @@ from proxy.http.pipe import STEPS, Pipe, Relays, frames_for
 from proxy.http.pool import Pool
 from proxy.http.upstream import Destination, Target, UpstreamClient, UpstreamResponse
 from proxy.normalize import API_FAMILIES, RequestContext, StreamNormalizer
-from tests.replay import dechunk
+from tests.support.replay import dechunk
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "providers"
 STREAM = (FIXTURES / "openai.chat.stream.sse").read_bytes()

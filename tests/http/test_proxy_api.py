@@ -16,9 +16,9 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY, UPSTREAM_SECRET, Servers, upstream_requests
-from tests.replay import goldens, parse_frames
-from tests.schema import validate
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, UPSTREAM_SECRET, Servers, upstream_requests
+from tests.support.replay import goldens, parse_frames
+from tests.support.schema import validate
 
 CHAT = [{"role": "user", "content": "Hello"}]
 

@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from tests.conftest import golden_models
-from tests.harness import TEAM_KEY, running_servers
-from tests.replay import (
+from tests.support.harness import TEAM_KEY, running_servers
+from tests.support.replay import (
     ERROR_STATUS,
     Golden,
     check_stream,

@@ -18,7 +18,7 @@ import openai
 import orjson
 import pytest
 
-from tests.harness import (
+from tests.support.harness import (
     TEAM_KEY,
     Servers,
     collector_off,
@@ -26,8 +26,8 @@ from tests.harness import (
     forget_upstream_requests,
     upstream_requests,
 )
-from tests.replay import parse_frames
-from tests.schema import validate
+from tests.support.replay import parse_frames
+from tests.support.schema import validate
 
 CHAT = [{"role": "user", "content": "Hello"}]
 AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}

@@ -1,11 +1,11 @@
-"""RESP2 as ``proxy.http.resp`` writes and reads it: every reply kind, whole and fed byte by
+"""RESP2 as ``proxy.http.limits.resp`` writes and reads it: every reply kind, whole and fed byte by
 byte (a reply split anywhere must wait for the rest), and the Redis URLs it takes."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.http.resp import (
+from proxy.http.limits.resp import (
     Address,
     Incomplete,
     ProtocolError,

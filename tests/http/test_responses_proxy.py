@@ -15,9 +15,9 @@ import openai
 import orjson
 import pytest
 
-from tests import recorded
-from tests.harness import TEAM_KEY, Servers, forget_upstream_requests, upstream_requests
-from tests.schema import validate
+from tests.support import recorded
+from tests.support.harness import TEAM_KEY, Servers, forget_upstream_requests, upstream_requests
+from tests.support.schema import validate
 
 # A model per recording: (provider, the recording the emulator plays, the golden it is held to).
 MODELS = {

@@ -1,6 +1,6 @@
 """What a hostile upstream cannot make the proxy do (docs/security.md), through the running proxy.
 
-The upstream here is raw asyncio (tests/hostile.py): it echoes the request it got (the head
+The upstream here is raw asyncio (tests/support/hostile.py): it echoes the request it got (the head
 with every credential header, the query with its key, the body) in each form an error can take,
 sends unsolicited answers on idle connections, and the like.
 """
@@ -28,10 +28,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers, free_port
-from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, proxied, text_event
-from tests.replay import MADE_ID, parse_frames
-from tests.schema import validate
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, Servers, free_port
+from tests.support.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, proxied, text_event
+from tests.support.replay import MADE_ID, parse_frames
+from tests.support.schema import validate
 
 AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
 CHAT = [{"role": "user", "content": "Hello"}]

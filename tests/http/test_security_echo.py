@@ -1,11 +1,12 @@
-"""No configured secret in anything the proxy answers (docs/security.md), through the running proxy.
+"""No configured secret in anything the proxy answers (docs/security.md), through the running
+proxy.
 
-A hostile upstream of the tests' own (tests/hostile.py) quotes the request it got (the head with
-every credential header, the query with its key, the body) in each error form its API has: a
-non-200 status with its JSON envelope, plain text, a 200 whole body carrying its error, and an
-error in its stream (first, after some content, and split across two reads in the middle of a
-key). Each is asked for on every endpoint, every upstream API, and the Responses pass-through;
-the client's bytes, /metrics and the log must hold no form of any configured secret.
+A hostile upstream of the tests' own (tests/support/hostile.py) quotes the request it got (the
+head with every credential header, the query with its key, the body) in each error form its API
+has: a non-200 status with its JSON envelope, plain text, a 200 whole body carrying its error,
+and an error in its stream (first, after some content, and split across two reads in the middle
+of a key). Each is asked for on every endpoint, every upstream API, and the Responses
+pass-through; the client's bytes, /metrics and the log must hold no form of any configured secret.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import pytest
 from yarl import URL
 
 from proxy.http.upstream import TEXT_MAX
-from tests.harness import SUPPORT_KEY, TEAM_KEY, Servers
-from tests.hostile import HostileUpstream, Script, chunk
-from tests.metrics_support import scrape, serve, write_config
-from tests.schema import validate
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, Servers
+from tests.support.hostile import HostileUpstream, Script, chunk
+from tests.support.metrics import scrape, serve, write_config
+from tests.support.schema import validate
 
 API_KEY = "sk-hostile-api-key-0001"
 GOOG_KEY = "goog-header-secret-0002"

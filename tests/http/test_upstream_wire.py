@@ -28,7 +28,7 @@ from yarl import URL
 from proxy.core.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from proxy.http.pool import KEEPALIVE, Pool
 from proxy.http.upstream import Destination, Target, UpstreamClient, read_whole, request_head
-from tests.harness import (
+from tests.support.harness import (
     TEAM_KEY,
     UPSTREAM_SECRET,
     Servers,
@@ -36,8 +36,8 @@ from tests.harness import (
     cyclic_garbage_of_ours,
     free_port,
 )
-from tests.replay import GOLDEN, Golden, check_stream, parse_frames
-from tests.schema import validate
+from tests.support.replay import GOLDEN, Golden, check_stream, parse_frames
+from tests.support.schema import validate
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "providers"
 ANSWER = (FIXTURES / "openai.chat.json").read_bytes()

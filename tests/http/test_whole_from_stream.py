@@ -17,9 +17,9 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.harness import TEAM_KEY, UPSTREAM_SECRET, Servers
-from tests.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, proxied, text_event
-from tests.schema import validate
+from tests.support.harness import TEAM_KEY, UPSTREAM_SECRET, Servers
+from tests.support.hostile import EVENT_STREAM_HEAD, HostileUpstream, chunk, proxied, text_event
+from tests.support.schema import validate
 
 AUTH = {"Authorization": f"Bearer {TEAM_KEY}"}
 TIMEOUTS = {"connect": 2, "first_byte": 0.6, "idle": 0.5, "total": 2.5}

@@ -12,12 +12,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.core.ledger import entry
-from proxy.core.limits import Budget, Limits, Reservation, reserve, settle
-from proxy.core.tally import Tally
+from proxy.core.limits.admission import Budget, Limits, Reservation, reserve, settle
+from proxy.core.limits.ledger import entry
+from proxy.core.limits.tally import Tally
 from proxy.core.usage import Usage
-from proxy.http.stores import StoreUnavailable, WorkerStore
-from proxy.ops.state_service import StateService
+from proxy.http.limits.stores import StoreUnavailable, WorkerStore
+from proxy.ops.limits.state_service import StateService
 
 LIMITS = Limits(requests_per_minute=2, concurrency=5, budget=Budget("tokens", 10_000, "day"))
 
@@ -64,7 +64,7 @@ def test_reservations_settlements_and_reads_go_through_the_service(service: Stat
 def test_reservations_made_together_are_one_message_admitted_in_turn(
     service: StateService,
 ) -> None:
-    # What a worker's reservations made ahead are (proxy.core.prefetch): one message, a run
+    # What a worker's reservations made ahead are (proxy.core.limits.prefetch): one message, a run
     # admitted in turn up to the first refused, answered with the counters the first saw.
     async def run() -> tuple[int, bool, tuple[int, ...], int, int]:
         store = WorkerStore(service.path, 0.5)

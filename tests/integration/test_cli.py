@@ -20,7 +20,7 @@ import pytest
 
 from proxy.core.config import load_config
 from proxy.ops.cli import DEMO_CONFIG, _demo_text
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "proxy"]

@@ -25,8 +25,8 @@ from pydantic_ai.models import infer_model
 from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from tests import recorded
-from tests.harness import TEAM_KEY, Servers
+from tests.support import recorded
+from tests.support.harness import TEAM_KEY, Servers
 
 EMBEDDINGS = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings"
 MODELS = {

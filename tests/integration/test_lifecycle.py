@@ -24,8 +24,8 @@ import orjson
 import pytest
 import yaml
 
-from tests.harness import TEAM_KEY, Servers, free_port, running_servers
-from tests.replay import FIXTURES
+from tests.support.harness import TEAM_KEY, Servers, free_port, running_servers
+from tests.support.replay import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 DELAY = 0.2  # seconds between the emulator's events

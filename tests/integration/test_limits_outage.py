@@ -12,9 +12,9 @@ from typing import Any
 import openai
 import pytest
 
-from tests.harness import TEAM_KEY, Servers
 from tests.http.test_limits_proxy import ADMIN_KEY, COMPLETION, HELLO, PROMPT, admin
-from tests.redis_server import RedisServer, redis_server
+from tests.support.harness import TEAM_KEY, Servers
+from tests.support.redis_server import RedisServer, redis_server
 
 SPENT = PROMPT + COMPLETION  # what each answer of the "openai" fixture reports
 

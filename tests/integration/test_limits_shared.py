@@ -18,9 +18,9 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.metrics_support import Served, Stage, read_samples, scrape, serve, stage, total
-from tests.metrics_support import write_config as write_proxy_config
-from tests.redis_server import RedisServer, redis_server
+from tests.support.metrics import Served, Stage, read_samples, scrape, serve, stage, total
+from tests.support.metrics import write_config as write_proxy_config
+from tests.support.redis_server import RedisServer, redis_server
 
 ADMIN_KEY = "sk-shared-admin"
 HELLO = [{"role": "user", "content": "Hello"}]

@@ -24,8 +24,8 @@ import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.core.usage import estimated_usage
-from tests.harness import free_port
-from tests.metrics_support import (
+from tests.support.harness import free_port
+from tests.support.metrics import (
     ALPHA_KEY,
     BETA_KEY,
     HELLO,
@@ -46,8 +46,8 @@ from tests.metrics_support import (
     worker_pids,
     write_config,
 )
-from tests.replay import EMBEDDINGS, recordings
-from tests.tools import promtool
+from tests.support.replay import EMBEDDINGS, recordings
+from tests.support.tools import promtool
 
 MODELS: dict[str, Any] = {
     "llama": {"provider": "emu", "model": "friendli"},

@@ -1,5 +1,5 @@
-"""Reservations made ahead (``proxy.core.prefetch``) by the worker's ``Limiter`` in front of a
-real redis-server: requests far from the limits are admitted without a RESERVE call each, and
+"""Reservations made ahead (``proxy.core.limits.prefetch``) by the worker's ``Limiter`` in front
+of a real redis-server: requests far from the limits are admitted without a RESERVE call each, and
 whatever the way the reservations end (used, idle, the worker closing, Redis failing), Redis
 is left holding exactly what the requests spent (docs/limits.md)."""
 
@@ -14,14 +14,14 @@ import pytest
 from proxy.core.config import Team
 from proxy.core.errors import ServiceUnavailable
 from proxy.core.exchange import Exchange
-from proxy.core.limits import Budget, Limits, Reservation
-from proxy.core.limits_config import State
-from proxy.core.limits_lua import RESERVE
-from proxy.core.prefetch import FIRST, IDLE_SECONDS
+from proxy.core.limits.admission import Budget, Limits, Reservation
+from proxy.core.limits.config import State
+from proxy.core.limits.prefetch import FIRST, IDLE_SECONDS
+from proxy.core.limits.scripts import RESERVE
 from proxy.core.usage import Usage
-from proxy.http.limiter import BATCH, RETRY_SECONDS, Limiter, Shown
-from proxy.http.redis_store import RedisStore
-from tests.redis_server import RedisServer, redis_server
+from proxy.http.limits.limiter import BATCH, RETRY_SECONDS, Limiter, Shown
+from proxy.http.limits.redis_store import RedisStore
+from tests.support.redis_server import RedisServer, redis_server
 
 BIG = Limits(10**6, 10**9, 10**4, Budget("tokens", 10**12, "month"))
 TEAM = Team("ahead", (), ("*",), BIG)

@@ -21,8 +21,8 @@ from typing import Any
 import openai
 import yaml
 
-from tests.harness import free_port
-from tests.metrics_support import (
+from tests.support.harness import free_port
+from tests.support.metrics import (
     ALPHA_KEY,
     BETA_KEY,
     HELLO,
@@ -32,7 +32,7 @@ from tests.metrics_support import (
     wait_for,
     write_config,
 )
-from tests.tools import required_program
+from tests.support.tools import required_program
 
 TOKEN = "prometheus-scrape-token"
 

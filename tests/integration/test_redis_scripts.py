@@ -1,6 +1,6 @@
 """The Redis scripts against ``MemoryStore``, on a real redis-server: the same KEYS and ARGV must
 give the same replies and leave the same counters, leases and ledger, step by step, for any
-interleaving of reservations and settlements (``proxy.core.limits_lua`` says they do)."""
+interleaving of reservations and settlements (``proxy.core.limits.scripts`` says they do)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.ledger import FIELD_MAX, entry
-from proxy.core.limits import COUNT_MAX, Budget, Limits, Reservation, reserve, settle
-from proxy.core.limits_lua import RESERVE, RESERVE_BATCH, SETTLE, reserve_call, reserve_replies
-from proxy.core.limits_store import MemoryStore
+from proxy.core.limits.admission import COUNT_MAX, Budget, Limits, Reservation, reserve, settle
+from proxy.core.limits.ledger import FIELD_MAX, entry
+from proxy.core.limits.memory import MemoryStore
+from proxy.core.limits.scripts import RESERVE, RESERVE_BATCH, SETTLE, reserve_call, reserve_replies
+from proxy.core.limits.tally import Tally
 from proxy.core.prices import Price
-from proxy.core.tally import Tally
 from proxy.core.usage import Usage
-from proxy.http.redis_store import RedisStore
-from proxy.http.stores import StoreDataError, StoreUnavailable
-from tests.harness import free_port
-from tests.redis_server import RedisServer, redis_server
+from proxy.http.limits.redis_store import RedisStore
+from proxy.http.limits.stores import StoreDataError, StoreUnavailable
+from tests.support.harness import free_port
+from tests.support.redis_server import RedisServer, redis_server
 
 PRICE = Price(1.0, 0.5, 2.0)
 LIMITS = Limits(5, 600, 3, Budget("usd", 0.003, "day"))

@@ -11,16 +11,16 @@ from collections.abc import Iterator
 
 import pytest
 
-import proxy.http.limiter as limiter_module
+import proxy.http.limits.limiter as limiter_module
 from proxy.core.config import Team
 from proxy.core.exchange import Exchange
-from proxy.core.limits import Budget, Limits, Reservation
-from proxy.core.limits_config import State
-from proxy.core.limits_lua import SETTLE
+from proxy.core.limits.admission import Budget, Limits, Reservation
+from proxy.core.limits.config import State
+from proxy.core.limits.scripts import SETTLE
 from proxy.core.usage import Usage
-from proxy.http.limiter import RETRY_SECONDS, Limiter, Shown
-from proxy.http.redis_store import RedisStore
-from tests.redis_server import RedisServer, redis_server
+from proxy.http.limits.limiter import RETRY_SECONDS, Limiter, Shown
+from proxy.http.limits.redis_store import RedisStore
+from tests.support.redis_server import RedisServer, redis_server
 
 # 60 a minute: near enough its limit that no reservation is made ahead; each request's own.
 LIMITS = Limits(60, 10**6, None, Budget("tokens", 10**9, "month"))

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from proxy.ops.server import RESTART_DELAY_MAX, RESTART_DELAY_MIN, STABLE_SECONDS, Restarts
-from tests.harness import free_port
-from tests.metrics_support import (
+from tests.support.harness import free_port
+from tests.support.metrics import (
     ROOT,
     Stage,
     http_status,

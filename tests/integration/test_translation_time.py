@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from proxy.core.config import Server
-from tests.harness import SUPPORT_KEY, TEAM_KEY, LoopThread, free_port
-from tests.hostile import HostileUpstream
+from tests.support.harness import SUPPORT_KEY, TEAM_KEY, LoopThread, free_port
+from tests.support.hostile import HostileUpstream
 
 LIMIT = Server().max_body_bytes  # the default
 ROOT = Path(__file__).resolve().parents[2]

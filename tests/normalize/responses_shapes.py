@@ -5,7 +5,7 @@ table in code; this derives it from tests/spec/openai-schemas.json, and
 tests/normalize/test_responses_passthrough.py fails when the two differ. After the spec
 changes: ``.venv/bin/python -m tests.normalize.responses_shapes`` (then ``ruff format``).
 
-The reduction follows tests/schema.py's strict-keys rule: ``$ref`` and ``allOf`` merge their
+The reduction follows tests/support/schema.py's strict-keys rule: ``$ref`` and ``allOf`` merge their
 properties; the branches of ``anyOf``/``oneOf`` are told apart by their ``type`` property's
 values, and branches that share a value (or have no ``type``) have their keys merged.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.schema import SPEC_PATH
+from tests.support.schema import SPEC_PATH
 
 TARGET = Path(__file__).resolve().parents[2] / "proxy" / "normalize" / "responses" / "shapes.py"
 ROOTS = ("Response", "ResponseStreamEvent")
@@ -126,7 +126,7 @@ class Reducer:
         has_object = "properties" in node or "additionalProperties" in node
         if not has_object and "object" in types:
             # A bare {"type": "object"} beside a $ref or a oneOf adds nothing; alone, it
-            # allows no key at all (tests/schema.py), like an object without properties.
+            # allows no key at all (tests/support/schema.py), like an object without properties.
             has_object = bare
         if not has_object:
             return None if item is None else Spec(None, item)

@@ -14,7 +14,7 @@ from proxy.core.request import parse_request
 from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
-from tests.replay import parse_frames
+from tests.support.replay import parse_frames
 
 MODEL = "command-a-03-2025"
 USER = {"role": "user", "content": "Hi"}

@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from proxy.core.errors import UpstreamError, UpstreamProtocolError, to_openai_error
-from proxy.core.fixes import FIX_ENVELOPE, FIX_EXTRAS, FIX_USAGE
+from proxy.core.fix_names import FIX_ENVELOPE, FIX_EXTRAS, FIX_USAGE
 from proxy.normalize import API_FAMILIES, Normalized, RequestContext, normalize_embeddings
-from tests.schema import validate
+from tests.support.schema import validate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "embeddings"
 TWO = ["hello", "goodbye"]

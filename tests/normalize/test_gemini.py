@@ -21,8 +21,8 @@ from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from proxy.normalize.dialects import DIALECTS, RequestOptions
 from proxy.normalize.dialects.gemini_messages import SKIP_SIGNATURE
 from proxy.normalize.toolcalls import PENDING_MAX
-from tests.replay import FIXTURES, MADE_CALL_ID, parse_frames
-from tests.schema import validate
+from tests.support.replay import FIXTURES, MADE_CALL_ID, parse_frames
+from tests.support.schema import validate
 
 GEMINI = DIALECTS["gemini"]
 CREATED = 1_600_000_000

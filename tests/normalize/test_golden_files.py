@@ -1,4 +1,4 @@
-"""Checks of the test data itself: tests/schema.py and the golden files in tests/golden/.
+"""Checks of the test data itself: tests/support/schema.py and the golden files in tests/golden/.
 
 The golden files say what a client must receive for each provider fixture; they were written
 by reading the fixtures (see tests/golden/README.md). These tests check their format, that they
@@ -19,7 +19,7 @@ import pytest
 try:
     from schema import EXTENSION_KEY, validate, validate_completion_chunk
 except ImportError:  # tests/ imported as a package
-    from tests.schema import EXTENSION_KEY, validate, validate_completion_chunk
+    from tests.support.schema import EXTENSION_KEY, validate, validate_completion_chunk
 
 HERE = Path(__file__).resolve().parents[1]
 FIXTURES = HERE / "fixtures" / "providers"

@@ -18,7 +18,7 @@ from proxy.core.errors import ProxyError, to_openai_error
 from proxy.emulator.recording import recording_status
 from proxy.http.upstream import status_error
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
-from tests.replay import (
+from tests.support.replay import (
     CLIENT_MODEL,
     ERROR_STATUS,
     Golden,

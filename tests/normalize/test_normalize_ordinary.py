@@ -21,7 +21,7 @@ from proxy.core.framing import Decoder
 from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer
 from tests.normalize.test_normalize_fixtures import context
-from tests.replay import Golden, goldens
+from tests.support.replay import Golden, goldens
 
 STREAMS = [g for g in goldens() if g.stream]
 _MADE_CALL_ID = re.compile(rb'"call_[A-Za-z0-9]{24}"')

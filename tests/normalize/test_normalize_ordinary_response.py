@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from proxy.core.errors import ProxyError
 from proxy.normalize import RequestContext
 from proxy.normalize.dialects import DIALECTS
-from proxy.normalize.response import Normalized, _Builder, _ordinary, normalize_response
+from proxy.normalize.whole import Normalized, _Builder, _ordinary, normalize_response
 from tests.normalize.test_normalize_fixtures import context
-from tests.replay import FIXTURES, Golden, goldens
+from tests.support.replay import FIXTURES, Golden, goldens
 
 # The answers with choices: an error body never reaches the shortcut or the builder.
 WHOLE = [g for g in goldens() if not g.stream and b'"choices"' in g.body()]

@@ -18,7 +18,7 @@ from proxy.core.errors import UpstreamProtocolError
 from proxy.core.request import Endpoint
 from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
-from tests.schema import validate, validate_completion_chunk
+from tests.support.schema import validate, validate_completion_chunk
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core.fixes import FIX_TOOL_CALLS
+from proxy.core.fix_names import FIX_TOOL_CALLS
 from proxy.core.sse import Event
 from proxy.core.usage import estimated_usage
 from proxy.normalize import RequestContext, StreamNormalizer

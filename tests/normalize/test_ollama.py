@@ -16,8 +16,8 @@ from proxy.core.request import Endpoint, parse_request
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
 from proxy.normalize.dialects.ollama import parse_created
-from tests.replay import MADE_CALL_ID, parse_frames
-from tests.schema import validate, validate_completion_chunk
+from tests.support.replay import MADE_CALL_ID, parse_frames
+from tests.support.schema import validate, validate_completion_chunk
 
 MODEL = "llama3.2"
 USER = {"role": "user", "content": "Hi"}

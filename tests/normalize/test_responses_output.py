@@ -30,8 +30,8 @@ from proxy.normalize.responses import (
     response_body,
     responses_frames,
 )
-from tests.replay import CLIENT_MODEL, Golden, goldens, parse_frames
-from tests.schema import validate
+from tests.support.replay import CLIENT_MODEL, Golden, goldens, parse_frames
+from tests.support.schema import validate
 
 CREATED = 1_700_000_000
 SDK_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)

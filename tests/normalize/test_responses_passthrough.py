@@ -24,7 +24,7 @@ from proxy.normalize.responses import PassthroughEvents, hold_response, shapes
 from proxy.normalize.responses.passthrough import metered_usage
 from proxy.normalize.responses.present import PassthroughStream
 from tests.normalize.responses_shapes import derive
-from tests.schema import validate
+from tests.support.schema import validate
 
 SDK_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 MODEL = "client-model"

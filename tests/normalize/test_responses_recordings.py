@@ -16,8 +16,8 @@ from pydantic import TypeAdapter
 
 from proxy.core.sse import SSEDecoder
 from proxy.normalize.responses import PassthroughEvents, hold_response
-from tests.replay import RESPONSES
-from tests.schema import validate
+from tests.support.replay import RESPONSES
+from tests.support.schema import validate
 
 SDK_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 WHOLE = "contract.openai.responses.json"

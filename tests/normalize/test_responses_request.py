@@ -14,7 +14,7 @@ import pytest
 from proxy.core.errors import InvalidRequest
 from proxy.core.request import parse_request
 from proxy.normalize.responses import Echo, chat_body, response_body
-from tests.schema import validate
+from tests.support.schema import validate
 
 USER = {"role": "user", "content": "Hi"}
 CALL = {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{}"}

@@ -15,8 +15,8 @@ from proxy.core.request import parse_request
 from proxy.core.sse import SSEDecoder
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
-from tests.replay import parse_frames
-from tests.schema import validate, validate_completion_chunk
+from tests.support.replay import parse_frames
+from tests.support.schema import validate, validate_completion_chunk
 
 PROMPT = "Deep learning is"
 BASE: dict[str, Any] = {"model": "client-model", "prompt": PROMPT}

@@ -21,7 +21,7 @@ from proxy.core.exchange import Exchange
 from proxy.core.usage import Usage
 from proxy.ops.access_log import AccessLog, access_record
 from proxy.ops.outlet import Outlet
-from tests.metrics_support import (
+from tests.support.metrics import (
     ALPHA_KEY,
     BETA_KEY,
     Stage,
@@ -31,7 +31,7 @@ from tests.metrics_support import (
     wait_for,
     write_config,
 )
-from tests.replay import recordings
+from tests.support.replay import recordings
 
 FIELDS = {
     "ts",

@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.samples import Sample
 
 from proxy.core.exchange import NO_PROVIDER, UNKNOWN_MODEL, UNKNOWN_TEAM, Exchange
-from proxy.core.fixes import FIXES
+from proxy.core.fix_names import FIXES
 from proxy.core.usage import estimated_usage
 from proxy.ops.metrics import DURATION_BUCKETS, OVERHEAD_BUCKETS, TTFT_BUCKETS, ProxyMetrics
-from tests.metrics_support import (
+from tests.support.metrics import (
     ALPHA_KEY,
     BETA_KEY,
     HELLO,
@@ -35,7 +35,7 @@ from tests.metrics_support import (
     total,
     wait_for,
 )
-from tests.tools import promtool
+from tests.support.tools import promtool
 
 MODELS: dict[str, Any] = {
     "llama": {"provider": "emu", "model": "friendli"},

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from tests.metrics_support import (
+from tests.support.metrics import (
     ALPHA_KEY,
     HELLO,
     TEAMS,

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from proxy.ops.outlet import RETRY, Outlet, OutletHandler
-from tests.metrics_support import (
+from tests.support.metrics import (
     ALPHA_KEY,
     CLI,
     ROOT,

@@ -15,11 +15,11 @@ from proxy.core.usage import Usage, estimated_usage, prompt_chars
 from proxy.normalize import ApiFamily
 from proxy.normalize.fields import RequestContext, upstream_error, upstream_object
 from proxy.normalize.present import EventStream
-from proxy.normalize.response import Normalized
 from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.passthrough import PassthroughEvents, hold_response, metered_usage
 from proxy.normalize.responses.stream import ResponsesEvents, responses_frames
 from proxy.normalize.responses.whole import response_body
+from proxy.normalize.whole import Normalized
 
 __all__ = ["PASSTHROUGH", "PassthroughStream", "ResponsesPresenter", "passthrough_response"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import redis
 
-from tests.harness import free_port
-from tests.tools import required_program
+from tests.support.harness import free_port
+from tests.support.tools import required_program
 
 
 class RedisServer:

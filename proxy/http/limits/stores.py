@@ -1,10 +1,10 @@
 """Where a worker's limits and ledger live: ``LocalStore`` (this process alone), ``WorkerStore``
 (the server's supervisor, shared by its workers) and ``RedisStore`` (every replica's, in
-``proxy.http.redis_store``).
+``proxy.http.limits.redis_store``).
 
-Each runs ``proxy.core.limits_lua``'s calls: the local store on ``MemoryStore`` itself, the
-supervisor's over a Unix socket (``proxy.ops.state_service``), Redis as scripts. A store that
-cannot answer raises ``StoreUnavailable``; ``proxy.http.limiter`` decides what that means.
+Each runs ``proxy.core.limits.scripts``'s calls: the local store on ``MemoryStore`` itself, the
+supervisor's over a Unix socket (``proxy.ops.limits.state_service``), Redis as scripts. A store that
+cannot answer raises ``StoreUnavailable``; ``proxy.http.limits.limiter`` decides what that means.
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ from typing import Final, Generic, Protocol, TypeVar
 
 import orjson
 
-from proxy.core.ledger import Entry
-from proxy.core.limits import Charge, Decision, Reservation, Settlement
-from proxy.core.limits_lua import (
+from proxy.core.limits.admission import Charge, Decision, Reservation, Settlement
+from proxy.core.limits.ledger import Entry
+from proxy.core.limits.memory import MemoryStore, Snapshot
+from proxy.core.limits.scripts import (
     Run,
     reserve_decision,
     reserve_replies,
     reserve_static,
     reserve_tail,
 )
-from proxy.core.limits_store import MemoryStore, Snapshot
-from proxy.core.tally import Tally
-from proxy.http.pipelined import Incomplete, Pipelined
-from proxy.http.resp import ReplyError
+from proxy.core.limits.tally import Tally
+from proxy.http.limits.channel import Incomplete, Pipelined
+from proxy.http.limits.resp import ReplyError
 
 # How often the local store drops expired keys (reads ignore them meanwhile).
 PURGE_EVERY: Final = 60.0
@@ -63,7 +63,7 @@ class StoreDataError(StoreUnavailable):
 
 class Store(Protocol):
     kind: str  # "memory", "workers" or "redis", for logs and /admin/limits
-    prefetch: bool  # a round trip away: worth reserving ahead (``proxy.core.prefetch``)
+    prefetch: bool  # a round trip away: worth reserving ahead (``proxy.core.limits.prefetch``)
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision: ...
 
@@ -193,7 +193,7 @@ class _Lines(Pipelined[object]):
 
 class WorkerStore(Connected[object]):
     """The supervisor's ``MemoryStore``, over one Unix connection per worker: messages are
-    orjson lines, answered in order (``proxy.ops.state_service``)."""
+    orjson lines, answered in order (``proxy.ops.limits.state_service``)."""
 
     kind = "workers"
     name = "the supervisor's store"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final, Literal, NamedTuple
 
-from proxy.core.limits import NANOS_PER_USD, Windows, nanos, window
+from proxy.core.limits.admission import NANOS_PER_USD, Windows, nanos, window
 from proxy.core.usage import Usage
 
 COUNTERS: Final = (

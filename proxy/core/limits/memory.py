@@ -1,9 +1,9 @@
 """``MemoryStore``: the reference semantics of the limit store, in one process's dicts.
 
-It takes the very KEYS and ARGV that ``proxy.core.limits_lua`` gives Redis's scripts and does
+It takes the very KEYS and ARGV that ``proxy.core.limits.scripts`` gives Redis's scripts and does
 what they do, so that one encoding serves every store and the tests of one hold for the other.
 It serves a single worker directly, and the workers of one server through their supervisor
-(``proxy.ops.state_service``), which answers ``call``: one message in, one reply out.
+(``proxy.ops.limits.state_service``), which answers ``call``: one message in, one reply out.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.core.ledger import FIELD_MAX, Entry
-from proxy.core.limits import COUNT_MAX, Decision, Reservation, Settlement, admit
+from proxy.core.limits.admission import COUNT_MAX, Decision, Reservation, Settlement, admit
+from proxy.core.limits.ledger import FIELD_MAX, Entry
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,9 @@ there is no Redis (docs/limits.md).
 
 One ``MemoryStore`` in the supervisor, served on a Unix socket in a directory of the run's own
 (mode 0700: no other user reaches it) by a thread with an event loop of its own. Each worker
-keeps one connection (``proxy.http.stores.WorkerStore``) and sends orjson lines; every line is
-answered in order, and one at a time, so each call is atomic as a Redis script is. The lines
-that arrive together are answered in one write. Its counters
+keeps one connection (``proxy.http.limits.stores.WorkerStore``) and sends orjson lines; every
+line is answered in order, and one at a time, so each call is atomic as a Redis script is. The
+lines that arrive together are answered in one write. Its counters
 live as long as the supervisor: a worker that restarts finds them, a restart of the server
 starts them afresh.
 """
@@ -25,8 +25,8 @@ from typing import Final, cast
 
 import orjson
 
-from proxy.core.limits_store import MemoryStore
-from proxy.http.stores import LINE_LIMIT, PURGE_EVERY
+from proxy.core.limits.memory import MemoryStore
+from proxy.http.limits.stores import LINE_LIMIT, PURGE_EVERY
 
 log = logging.getLogger("proxy.server")
 

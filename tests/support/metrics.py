@@ -33,10 +33,10 @@ from proxy.http.app import Gateway
 from proxy.ops.metrics import Exposition, metrics_routes
 from proxy.ops.outlet import Outlet
 from proxy.ops.server import make_observers
-from tests.harness import LoopThread, free_port, start_site
-from tests.replay import FIXTURES, GOLDEN
+from tests.support.harness import LoopThread, free_port, start_site
+from tests.support.replay import FIXTURES, GOLDEN
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLI = (sys.executable, "-m", "proxy")
 ALPHA_KEY = "sk-metrics-alpha"
 BETA_KEY = "sk-metrics-beta"

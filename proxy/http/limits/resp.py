@@ -1,6 +1,6 @@
 """``RespConnection``: one pipelined connection to Redis, speaking RESP2 on asyncio's Protocol.
 
-Its calls are pipelined (``proxy.http.pipelined``): written at once, each turn of the loop, and
+Its calls are pipelined (``proxy.http.limits.channel``): written at once, each turn of the loop, and
 answered in order. Through the ``redis`` package's
 asyncio client one EVALSHA took more CPU than the rest of a request (docs/performance.md), which
 limits on the hot path cannot afford. What is spoken is the protocol's stable core (RESP2, as
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from proxy.http.pipelined import Incomplete, Pipelined, ProtocolError
+from proxy.http.limits.channel import Incomplete, Pipelined, ProtocolError
 
 # A reply is refused past this size: a read of every team's ledger is far below it.
 REPLY_MAX: Final = 64 * 2**20

@@ -17,9 +17,9 @@ import orjson
 
 from proxy.core.framing import Decoder, JSONArrayDecoder, NDJSONDecoder
 from proxy.core.sse import SSEDecoder
-from tests.schema import validate, validate_completion_chunk
+from tests.support.schema import validate, validate_completion_chunk
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 FIXTURES = HERE / "fixtures" / "providers"
 # Our own fixtures, one class of upstream behaviour each (tests/fixtures/contract/README.md).
 CONTRACT = HERE / "fixtures" / "contract"

@@ -26,8 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from proxy.core.ledger import COUNTERS, TTLS, Entry, field_names
-from proxy.core.limits import (
+from proxy.core.limits.admission import (
     COUNT_MAX,
     NANOS,
     REQUESTS,
@@ -40,6 +39,7 @@ from proxy.core.limits import (
     settle,
     spent_tokens,
 )
+from proxy.core.limits.ledger import COUNTERS, TTLS, Entry, field_names
 from proxy.core.usage import Usage
 
 # Summed by ``finished``: a reservation's charges, amounts and the end of its first window

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import UpstreamProtocolError
-from proxy.core.fixes import (
+from proxy.core.fix_names import (
     FIX_ENVELOPE,
     FIX_EXTRAS,
     FIX_FINISH_REASON,

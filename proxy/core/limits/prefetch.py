@@ -25,7 +25,7 @@ import collections
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from proxy.core.limits import Charge, Decision, Lease, Reservation
+from proxy.core.limits.admission import Charge, Decision, Lease, Reservation
 
 # A pool is filled only while every limit has this many times what it would hold left.
 FACTOR: Final = 16

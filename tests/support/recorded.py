@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from tests.replay import GOLDEN
+from tests.support.replay import GOLDEN
 
 # model name -> (provider, the upstream model the emulator finds its recording by, the golden:
 # a path under tests/golden without its .json)

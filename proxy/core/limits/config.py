@@ -20,8 +20,8 @@ from fnmatch import fnmatchcase
 from typing import Literal
 from urllib.parse import urlsplit
 
-from proxy.core.checker import Checker, Invalid, as_number, int_reader, join_path, member, text
-from proxy.core.limits import LIMIT_MAX, NO_LIMITS, Budget, Limits
+from proxy.core.limits.admission import LIMIT_MAX, NO_LIMITS, Budget, Limits
+from proxy.core.yaml_readers import Checker, Invalid, as_number, int_reader, join_path, member, text
 
 OnFailure = Literal["open", "closed"]
 

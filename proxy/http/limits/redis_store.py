@@ -1,8 +1,8 @@
 """``RedisStore``: team limits and the ledger in Redis, shared by every replica (docs/limits.md).
 
-The scripts of ``proxy.core.limits_lua`` by EVALSHA, over one pipelined connection of our own
-(``proxy.http.resp``). A request's reservation waits for the turn of the loop to end, and goes
-out with the others of its team made in that turn, in one RESERVE call.
+The scripts of ``proxy.core.limits.scripts`` by EVALSHA, over one pipelined connection of our
+own (``proxy.http.limits.resp``). A request's reservation waits for the turn of the loop to end,
+and goes out with the others of its team made in that turn, in one RESERVE call.
 
 An error reply is the store's failure only when it says the server serves nobody now
 (``_DOWN``: loading, busy, out of memory, a replica, ...); any other is the call's, from what
@@ -19,8 +19,9 @@ from collections.abc import Coroutine, Sequence
 from functools import partial
 from typing import Final
 
-from proxy.core.limits import Decision, Reservation, release
-from proxy.core.limits_lua import (
+from proxy.core.limits.admission import Decision, Reservation, release
+from proxy.core.limits.memory import Snapshot
+from proxy.core.limits.scripts import (
     RESERVE,
     RESERVE_BATCH,
     SETTLE,
@@ -30,10 +31,9 @@ from proxy.core.limits_lua import (
     reserve_static,
     reserve_tail,
 )
-from proxy.core.limits_store import Snapshot
-from proxy.core.tally import Tally
-from proxy.http.pipelined import Pipelined
-from proxy.http.resp import (
+from proxy.core.limits.tally import Tally
+from proxy.http.limits.channel import Pipelined
+from proxy.http.limits.resp import (
     Arg,
     Reply,
     ReplyError,
@@ -43,7 +43,7 @@ from proxy.http.resp import (
     pack_args,
     pack_texts,
 )
-from proxy.http.stores import (
+from proxy.http.limits.stores import (
     Connected,
     Settle,
     Shape,
@@ -100,7 +100,7 @@ class _Batch:
 
 
 class RedisStore(Connected[Reply]):
-    """Redis, over one pipelined connection (``proxy.http.resp``): the scripts by EVALSHA,
+    """Redis, over one pipelined connection (``proxy.http.limits.resp``): the scripts by EVALSHA,
     loaded again when a restarted server has lost them (NOSCRIPT). Nothing is retried
     otherwise: the limiter's failure policy decides, within ``timeout``.
 

@@ -1,5 +1,5 @@
 """``Prefetcher``: a worker's reservations made ahead, per team, over a shared store
-(``proxy.core.prefetch``; docs/limits.md). Each pool is filled by a task of its own; what
+(``proxy.core.limits.prefetch``; docs/limits.md). Each pool is filled by a task of its own; what
 goes back is settled through the limiter's queue, as every settlement is."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from proxy.core.limits import Charge, Decision, Reservation, release
-from proxy.core.prefetch import IDLE_SECONDS, Ahead, Pool
-from proxy.http.stores import Settle, Store, StoreUnavailable
+from proxy.core.limits.admission import Charge, Decision, Reservation, release
+from proxy.core.limits.prefetch import IDLE_SECONDS, Ahead, Pool
+from proxy.http.limits.stores import Settle, Store, StoreUnavailable
 
 log = logging.getLogger("proxy.limits")
 

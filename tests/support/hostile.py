@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from proxy.http.app import Gateway
-from tests.harness import Servers
+from tests.support.harness import Servers
 
 Script = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool | None]]
 

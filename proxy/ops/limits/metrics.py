@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from proxy.core.config import Team
 from proxy.core.errors import RateLimited
 from proxy.core.exchange import Exchange
-from proxy.http.limiter import Shown
+from proxy.http.limits.limiter import Shown
 from proxy.http.state import Observer
 
 LIMIT_NAMES = ("requests_per_minute", "tokens_per_minute", "concurrency", "budget")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.core.limits import NANOS_PER_USD, Limits, key_prefix, window
+from proxy.core.limits.admission import NANOS_PER_USD, Limits, key_prefix, window
 
 
 @dataclass(frozen=True, slots=True)

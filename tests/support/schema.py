@@ -41,7 +41,7 @@ __all__ = [
     "validate_completion_chunk",
 ]
 
-SPEC_PATH = Path(__file__).resolve().parent / "spec" / "openai-schemas.json"
+SPEC_PATH = Path(__file__).resolve().parents[1] / "spec" / "openai-schemas.json"
 
 # The URI under which the schema document is registered; its internal "#/$defs/..." refs
 # resolve against it.

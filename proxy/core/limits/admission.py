@@ -1,6 +1,6 @@
 """Team limits (sans-IO): the windows, the reservation a request takes, the one admission
 decision, the settlement and OpenAI's x-ratelimit headers. The stores' reference
-semantics are in ``proxy.core.limits_store``, which every store implements (docs/limits.md).
+semantics are in ``proxy.core.limits.memory``, which every store implements (docs/limits.md).
 
 Every limit but concurrency is a counter in a fixed UTC window: the epoch minute for requests
 and tokens per minute, the UTC day or month for a budget. A fixed window is one key that every
@@ -251,7 +251,7 @@ def request_amounts(
     tokens = prompt_tokens + max_tokens
     usd = None if price is None else price.cost(Usage(prompt_tokens, max_tokens, tokens))
     # An unpriced model reserves nothing of a USD budget; the configuration refuses a USD
-    # budget on a team that can reach one (proxy.core.limits_config).
+    # budget on a team that can reach one (proxy.core.limits.config).
     return usd, (1, min(tokens, COUNT_MAX), nanos(usd) if usd else 0)
 
 
@@ -438,7 +438,7 @@ def spent_tokens(usage: Usage) -> int:
 
 
 def release(reservation: Reservation, now: float) -> Settlement:
-    """What a reservation that no request used gives back (``proxy.core.prefetch``):
+    """What a reservation that no request used gives back (``proxy.core.limits.prefetch``):
     everything it took, its request too, in the windows that have not ended; and its lease."""
     amounts = reservation.amounts
     corrections = tuple(
@@ -494,7 +494,7 @@ def rate_limit_headers(
     """x-ratelimit-{limit,remaining,reset}-{requests,tokens} for the team's per-minute limits,
     as of the decision (an admitted request counted in full). ``counted``: how many alike it
     stands for after the counters it saw, itself included (one made ahead: its run's place,
-    ``proxy.core.prefetch``)."""
+    ``proxy.core.limits.prefetch``)."""
     shown = reservation.shown
     if shown is None:
         return {}

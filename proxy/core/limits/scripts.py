@@ -1,13 +1,14 @@
-"""The Redis scripts of ``proxy.core.limits``, and the KEYS and ARGV the Python side gives them.
+"""The Redis scripts of ``proxy.core.limits.admission``, and the KEYS and ARGV the Python side
+gives them.
 
 Each script is one atomic step on the server (Redis runs a script alone), and does exactly what
-``proxy.core.limits_store.MemoryStore`` does with the same KEYS and ARGV: ``RESERVE`` takes
+``proxy.core.limits.memory.MemoryStore`` does with the same KEYS and ARGV: ``RESERVE`` takes
 one team's reservations of a moment in turn, each checking every counter and the lease set
 before it adds to any, as calls of their own would; ``SETTLE`` corrects counters (never below
-0), frees leases and adds to the usage ledger (``proxy.core.ledger``), for the requests of one
-team that ``proxy.core.tally`` gathered. Every key gets its TTL when it is written, so windows
-expire on their own. Redis Cluster: every key of one call has the team's hash tag
-(``limits.key_prefix``), so they are in one slot.
+0), frees leases and adds to the usage ledger (``proxy.core.limits.ledger``), for the requests
+of one team that ``proxy.core.limits.tally`` gathered. Every key gets its TTL when it is
+written, so windows expire on their own. Redis Cluster: every key of one call has the team's
+hash tag (``limits.key_prefix``), so they are in one slot.
 
 Two Lua 5.1 traps: ``GET`` of a missing key gives false, not nil; and a number is a double,
 which ``tostring`` writes as ``1e+15`` past 14 digits, which ``INCRBY`` and ``SET`` would not
@@ -25,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from proxy.core.ledger import FIELD_MAX
-from proxy.core.limits import COUNT_MAX, Decision, Reservation, admit
+from proxy.core.limits.admission import COUNT_MAX, Decision, Reservation, admit
+from proxy.core.limits.ledger import FIELD_MAX
 
 # The bounds, in each script: Redis's largest integer as a string, which no double holds.
 _BOUNDS: Final = f"local COUNT_MAX = {COUNT_MAX}\nlocal LEDGER_MAX = '{FIELD_MAX}'\n"
@@ -132,12 +133,12 @@ return table.concat(replies, ' ')
 SETTLE: Final = (
     _BOUNDS
     + """
--- One team's settlements (proxy.core.tally): KEYS: n counters, then m lease sets, then h ledger
--- hashes, then, for a marked tally, its marker. ARGV[1] n, ARGV[2] m, ARGV[3] h, ARGV[4] the
--- tally's sequence number (0: unmarked), ARGV[5] the marker's ttl; then for each counter its
--- delta and ttl; for each lease set the count of its members, then them; for each hash its
--- ttl and its count of fields, then each field and its increment. ARGV is read in order, from
--- ARGV[6] on. Returns {1 if applied (0: applied before), keys and fields left alone}.
+-- One team's settlements (proxy.core.limits.tally): KEYS: n counters, then m lease sets, then
+-- h ledger hashes, then, for a marked tally, its marker. ARGV[1] n, ARGV[2] m, ARGV[3] h,
+-- ARGV[4] the tally's sequence number (0: unmarked), ARGV[5] the marker's ttl; then for each
+-- counter its delta and ttl; for each lease set the count of its members, then them; for each
+-- hash its ttl and its count of fields, then each field and its increment. ARGV is read in
+-- order, from ARGV[6] on. Returns {1 if applied (0: applied before), keys and fields left alone}.
 local n = tonumber(ARGV[1])
 local m = tonumber(ARGV[2])
 local h = tonumber(ARGV[3])

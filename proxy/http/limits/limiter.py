@@ -2,7 +2,7 @@
 
 Admission reserves in the store (one atomic call) before a request goes upstream; ``finish``
 settles what it spent once it has ended, off the request's path: settlements are summed into
-a queue of tallies (``proxy.core.tally``) of up to ``BATCH`` requests, and one task sends
+a queue of tallies (``proxy.core.limits.tally``) of up to ``BATCH`` requests, and one task sends
 each as one call per team. A store that fails is left alone for ``RETRY_SECONDS`` (no request
 waits on it meanwhile) while ``state.on_failure`` decides: open admits unchecked, closed answers
 503. Settlements made meanwhile wait in the queue and go out once it answers again; so do those
@@ -27,8 +27,7 @@ from typing import Final, Protocol
 from proxy.core.config import Team
 from proxy.core.errors import ServiceUnavailable
 from proxy.core.exchange import Exchange
-from proxy.core.ledger import Ledger, PeriodKind, ledger_key, report
-from proxy.core.limits import (
+from proxy.core.limits.admission import (
     Limits,
     Reservation,
     Settlement,
@@ -39,14 +38,15 @@ from proxy.core.limits import (
     settle,
     unchecked_in,
 )
-from proxy.core.limits_config import State
-from proxy.core.limits_view import probe, view
+from proxy.core.limits.config import State
+from proxy.core.limits.ledger import Ledger, PeriodKind, ledger_key, report
+from proxy.core.limits.tally import Tally
+from proxy.core.limits.view import probe, view
 from proxy.core.prices import Price
-from proxy.core.tally import Tally
 from proxy.core.usage import Usage
-from proxy.http.prefetcher import Prefetcher
-from proxy.http.redis_store import RedisStore
-from proxy.http.stores import (
+from proxy.http.limits.prefetcher import Prefetcher
+from proxy.http.limits.redis_store import RedisStore
+from proxy.http.limits.stores import (
     LocalStore,
     Settle,
     Store,
@@ -121,7 +121,7 @@ class Limiter:
         self._said: dict[str, float] = {}  # configured team -> when its trouble may be said again
         self.windows = Windows()
         self.ledger = Ledger(self.windows)
-        # With a shared store, the reservations made ahead (``proxy.core.prefetch``).
+        # With a shared store, the reservations made ahead (``proxy.core.limits.prefetch``).
         self._ahead = (
             Prefetcher(
                 store,
