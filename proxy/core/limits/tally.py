@@ -172,7 +172,9 @@ class Tally:
         marked = self.marked
         for team, held in self._teams.items():
             summed, ledger = _sums(held)
-            counters = [(k, v) for k, v in summed.items() if v[0]]
+            # A counter whose key has expired by now is left out: correcting it would make it
+            # again for a second (its TTL's least) with the correction alone in it.
+            counters = [(k, v) for k, v in summed.items() if v[0] and v[1] > now]
             hashes = [
                 (key, ttl, fields)
                 for keys, (ttls, fields) in ledger.items()
