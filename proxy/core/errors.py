@@ -22,7 +22,7 @@
 
 Foreign exceptions (aiohttp, asyncio timeouts, orjson) are translated where they enter, in
 ``upstream.py`` and ``relay.py``; ``to_openai_error`` is the only place that turns an exception
-into a status and an ``ErrorResponse`` body (CANONICAL.md section 4).
+into a status and an ``ErrorResponse`` body (docs/canonical-output.md section 4).
 """
 
 from __future__ import annotations
@@ -186,8 +186,8 @@ class UpstreamProtocolError(UpstreamError):
 class UpstreamStatusError(UpstreamError):
     """The upstream answered with an error status, or an error object in a stream.
 
-    The upstream's own 4xx keeps its status and message (CANONICAL.md section 4); a 429 is
-    the client's rate limit error; anything else is a 502, and so is the upstream's refusal of
+    The upstream's own 4xx keeps its status and message (docs/canonical-output.md section 4); a 429
+    is the client's rate limit error; anything else is a 502, and so is the upstream's refusal of
     the proxy's own credentials (401, 407): an SDK told 401 reports the client's key as wrong.
     """
 

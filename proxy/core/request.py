@@ -1,7 +1,7 @@
 """A client's completion request: validated on the way in, rewritten on the way up (sans-IO).
 
-CANONICAL.md section 5: ``model`` becomes the deployment's upstream name and every other field
-passes through unchanged, unknown ones included; for a stream the proxy also asks the upstream
+docs/canonical-output.md section 5: ``model`` becomes the deployment's upstream name and every other
+field passes through unchanged, unknown ones included; for a stream the proxy also asks the upstream
 for usage (section 3), remembering whether the client itself asked.
 """
 

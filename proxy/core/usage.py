@@ -1,9 +1,9 @@
 """Token usage: one value per request, and the rules that make any upstream's counts canonical.
 
-CANONICAL.md section 3: ``completion_tokens`` includes reasoning tokens (OpenAI's convention),
-``total_tokens`` is the upstream's total or the sum, cached and reasoning counts move to their
-``*_details`` homes. Upstreams spell counts in many ways (SOURCES.md section F); every spelling
-that an OpenAI-compatible upstream uses is read here and nowhere else.
+docs/canonical-output.md section 3: ``completion_tokens`` includes reasoning tokens (OpenAI's
+convention), ``total_tokens`` is the upstream's total or the sum, cached and reasoning counts move
+to their ``*_details`` homes. Upstreams spell counts in many ways (SOURCES.md section F); every
+spelling that an OpenAI-compatible upstream uses is read here and nowhere else.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Normalizers: whatever an upstream sends, the client gets CANONICAL.md's format.
+"""Normalizers: whatever an upstream sends, the client gets the format of docs/canonical-output.md.
 
 One entry per upstream API family (a provider's ``api`` setting), registered in ``API_FAMILIES``;
 today the tolerant OpenAI-compatible normalizer serves every ``api: openai`` provider, with the

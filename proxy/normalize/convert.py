@@ -15,7 +15,7 @@ from proxy.core.sse import DONE_FRAME, encode_data
 from proxy.normalize.fields import RequestContext
 
 _DELTA_KEYS = ("role", "content", "reasoning_content", "refusal", "function_call")
-# Envelope fields that the normalizers keep from the upstream (CANONICAL.md section 1).
+# Envelope fields that the normalizers keep from the upstream (docs/canonical-output.md section 1).
 _PASSED_ON = ("service_tier", "system_fingerprint")
 
 

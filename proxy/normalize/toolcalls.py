@@ -1,8 +1,8 @@
 """One streamed choice's tool calls: upstream fragments in, canonical deltas out (sans-IO).
 
-The canonical shape (CANONICAL.md section 2): a call is announced once, with its dense index
-from 0, its ``id``, ``type`` and ``function.name``; its later fragments carry only the index and
-more ``function.arguments``. Upstreams differ:
+The canonical shape (docs/canonical-output.md section 2): a call is announced once, with its dense
+index from 0, its ``id``, ``type`` and ``function.name``; its later fragments carry only the index
+and more ``function.arguments``. Upstreams differ:
 
 - TGI <= 2.0 sends one call object instead of an array;
 - indexes may start at 1 (Anthropic's compatibility layer) or be missing (Mistral);
@@ -95,7 +95,8 @@ class ToolCalls:
                 return None
             return {"index": call.index, "function": {"arguments": arguments}}
         if not isinstance(name, str) or not name:
-            # A call is announced by its name (CANONICAL.md 2); keep its arguments until then.
+            # A call is announced by its name (docs/canonical-output.md section 2); keep its
+            # arguments until then.
             if arguments:
                 call.pending.append(arguments)
                 self._pending += len(arguments)

@@ -1,6 +1,6 @@
 """The whole-response normalizer for every OpenAI-compatible upstream (sans-IO).
 
-CANONICAL.md section 1: strict keys, the envelope repaired, ``message.role`` assistant,
+docs/canonical-output.md section 1: strict keys, the envelope repaired, ``message.role`` assistant,
 ``content`` a string or null, ``refusal`` present, ``tool_calls`` only when there are any,
 ``finish_reason`` never null, ``usage`` always present.
 """

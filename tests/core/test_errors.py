@@ -1,4 +1,5 @@
-"""The one mapping of upstream failures to a client's status and type (CANONICAL.md section 4)."""
+"""The one mapping of upstream failures to a client's status and type (docs/canonical-output.md
+section 4)."""
 
 from __future__ import annotations
 

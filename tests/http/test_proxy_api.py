@@ -1,7 +1,7 @@
 """The proxy's HTTP surface: endpoints, teams, bad input, upstream failures, what goes upstream.
 
 Each case makes one real request to the running proxy (in front of the emulator) and asserts the
-status and the exact error body of CANONICAL.md section 4.
+status and the exact error body of docs/canonical-output.md section 4.
 """
 
 from __future__ import annotations
@@ -372,7 +372,8 @@ async def test_health_and_readiness(proxy_url: str) -> None:
 
 
 # (method, path, status, Allow header, error code): the proxy dispatches by itself (no aiohttp
-# router), so every path and method it does not serve is told here, in CANONICAL.md 4's shape.
+# router), so every path and method it does not serve is told here, in the shape of
+# docs/canonical-output.md section 4.
 METHODS_AND_PATHS = [
     ("GET", "/v1/chat/completions", 405, "POST", "method_not_allowed"),
     ("PUT", "/v1/completions", 405, "POST", "method_not_allowed"),

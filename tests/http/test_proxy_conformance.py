@@ -1,7 +1,7 @@
 """Every OpenAI-compatible fixture through the running proxy, served by the emulator.
 
-Raw HTTP checks the bytes a client receives against CANONICAL.md and the golden files; the
-official ``openai`` SDK (sync and async, ``stream=True`` and the ``stream()`` helper) must
+Raw HTTP checks the bytes a client receives against docs/canonical-output.md and the golden files;
+the official ``openai`` SDK (sync and async, ``stream=True`` and the ``stream()`` helper) must
 consume every fixture without an error and accumulate the golden text.
 """
 
@@ -99,7 +99,7 @@ async def test_fixture_through_proxy(proxy_url: str, golden: Golden, include_usa
 
 
 def usage_source(golden: Golden) -> str:
-    """What a whole answer's X-Usage-Source must say (CANONICAL.md section 3)."""
+    """What a whole answer's X-Usage-Source must say (docs/canonical-output.md section 3)."""
     return "estimated" if golden.data["usage"] is None else "upstream"
 
 
@@ -240,7 +240,7 @@ async def test_fixture_streamed_event_by_event(
     paced_url: str, golden: Golden, version: str
 ) -> None:
     """Chunked to an HTTP/1.1 client, as it comes to an HTTP/1.0 one (its end is the
-    connection's); either way what CANONICAL.md and the golden say."""
+    connection's); either way what docs/canonical-output.md and the golden say."""
     url = urlsplit(paced_url)
     assert url.hostname is not None and url.port is not None
     body = orjson.dumps(request_body(golden, include_usage=True))

@@ -278,7 +278,8 @@ def test_malformed_requests_get_a_4xx(
 ) -> None:
     port = int(proxy_url.rsplit(":", 1)[1].split("/", 1)[0])
     answer = raw_http(port, request_bytes)
-    # Refused by the HTTP layer before any API handling, in CANONICAL.md 4's shape all the same.
+    # Refused by the HTTP layer before any API handling, in the shape of docs/canonical-output.md
+    # section 4 all the same.
     assert answer[:9] in (b"HTTP/1.0 ", b"HTTP/1.1 ") and answer[9:].startswith(status), answer[
         :200
     ]

@@ -1,9 +1,9 @@
 """Which choice each upstream index is, for a chat stream whose client asked for one (sans-IO).
 
-A choice index the client did not ask for is a choice of its own (CANONICAL.md section 2: text
-is never merged), except TGI <= 2.0's token positions, which count up by one per chunk and
-never come back. A chunk that might be either waits for the next one, which tells; nothing it
-held is lost, whatever comes next.
+A choice index the client did not ask for is a choice of its own (docs/canonical-output.md section
+2: text is never merged), except TGI <= 2.0's token positions, which count up by one per chunk and
+never come back. A chunk that might be either waits for the next one, which tells; nothing it held
+is lost, whatever comes next.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Property tests: whatever an upstream sends, the normalizer raises nothing and emits only
-canonical objects (CANONICAL.md), or one error event.
+canonical objects (docs/canonical-output.md), or one error event.
 
 Two generators: arbitrary bytes (hostile or broken upstreams), and chunk-shaped JSON whose
 every field may have any type or be missing (the quirks nobody has recorded yet).

@@ -47,7 +47,8 @@ def translate(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
     chat, echo = chat_body({"model": "m", **body})
     checked = orjson.loads(orjson.dumps(chat))
     for message in checked["messages"]:
-        message.pop("reasoning_content", None)  # the one extension (CANONICAL.md section 1)
+        # The one extension (docs/canonical-output.md section 1).
+        message.pop("reasoning_content", None)
     validate(checked, "CreateChatCompletionRequest")
     parse_request(orjson.dumps(chat), "chat")
     chat_answer = {
@@ -433,7 +434,8 @@ def test_fields(body: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def test_a_providers_own_fields_pass_on() -> None:
-    """As for a chat client (CANONICAL.md section 5): fields no OpenAI API knows go upstream."""
+    """As for a chat client (docs/canonical-output.md section 5): fields no OpenAI API knows go
+    upstream."""
     chat, _ = chat_body({"model": "m", "input": "Hi", "top_k": 3, "repetition_penalty": 1.1})
     assert chat == {"model": "m", "messages": [USER], "top_k": 3, "repetition_penalty": 1.1}
 

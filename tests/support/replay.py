@@ -2,7 +2,7 @@
 
 Shared by the normalizer tests (the sans-IO core alone) and the proxy tests (the running proxy
 in front of the emulator): both produce client bytes, and ``check_stream``/``check_whole`` hold
-them to CANONICAL.md and to the golden file written by reading the fixture.
+them to docs/canonical-output.md and to the golden file written by reading the fixture.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ MADE_ID = {
     "completions": re.compile(r"^cmpl-[0-9a-f]{32}$"),
 }
 MADE_CALL_ID = re.compile(r"^call_[A-Za-z0-9]{24}$")
-# The status a client gets for an error golden, by its type (CANONICAL.md section 4): an
+# The status a client gets for an error golden, by its type (docs/canonical-output.md section 4): an
 # upstream's 4xx keeps its status; Anthropic's 529 "overloaded" is a 503.
 ERROR_STATUS = {
     "invalid_request_error": 400,
@@ -119,7 +119,8 @@ def recordings(into: Path) -> Path:
 def parse_frames(body: bytes) -> list[Any]:
     """The client's SSE body as a list of payloads (dicts, or the string "[DONE]").
 
-    Asserts the framing of CANONICAL.md section 2: only ``data: <one line>\\n\\n`` events.
+    Asserts the framing of docs/canonical-output.md section 2: only ``data: <one line>\\n\\n``
+    events.
     """
     assert body.endswith(b"\n\n"), body[-200:]
     payloads: list[Any] = []
@@ -160,7 +161,8 @@ def check_stream(
     created: int | None,
     model: str = CLIENT_MODEL,
 ) -> dict[str, Any] | None:
-    """Check a streamed answer against CANONICAL.md and the golden; returns its usage."""
+    """Check a streamed answer against docs/canonical-output.md and the golden; returns its
+    usage."""
     data = golden.data
     chat = golden.endpoint == "chat"
     assert payloads, "an empty stream"
@@ -262,7 +264,7 @@ def check_stream(
         assert fingerprints == (
             {data["system_fingerprint"]} if data["system_fingerprint"] else set()
         )
-        # Once given, on every chunk after (CANONICAL.md section 1).
+        # Once given, on every chunk after (docs/canonical-output.md section 1).
         tier = data["service_tier"]
         given = tiers[tiers.index(tier) :] if tier in tiers else []
         assert set(tiers) <= {tier, None} and (tier is None or set(given) == {tier}), tiers
@@ -310,7 +312,7 @@ def check_usage(usage: dict[str, Any], want: dict[str, Any]) -> None:
 def check_whole(
     golden: Golden, body: dict[str, Any], *, created: int | None, model: str = CLIENT_MODEL
 ) -> None:
-    """Check a non-streamed answer against CANONICAL.md section 1 and the golden."""
+    """Check a non-streamed answer against docs/canonical-output.md section 1 and the golden."""
     data = golden.data
     chat = golden.endpoint == "chat"
     validate(body, "CreateChatCompletionResponse" if chat else "CreateCompletionResponse")

@@ -5,7 +5,7 @@ schemas as JSON Schema 2020-12 under ``$defs``. Two checks run on every object:
 
 1. ordinary JSON Schema validation (Draft 2020-12; ``#/$defs/...`` references are resolved
    through a ``referencing`` registry), and
-2. STRICT KEYS (CANONICAL.md section 1): at every depth an object may carry only the
+2. STRICT KEYS (docs/canonical-output.md section 1): at every depth an object may carry only the
    properties that the (sub)schemas applying to it define. ``$ref`` and ``allOf`` are
    followed; of ``anyOf``/``oneOf`` only the branches that the value validates against
    count, and the union of their properties is allowed. A schema with
@@ -71,8 +71,9 @@ def _document() -> dict[str, Any]:
     finish["type"] = ["string", "null"]
     finish["enum"] = [*finish["enum"], None]
     chunk["description"] = (
-        "Derived locally (CANONICAL.md section 1): a streamed /v1/completions chunk, i.e. "
-        "CreateCompletionResponse except that finish_reason is null until a choice's last chunk."
+        "Derived locally (docs/canonical-output.md section 1): a streamed /v1/completions chunk, "
+        "i.e. CreateCompletionResponse except that finish_reason is null until a choice's last "
+        "chunk."
     )
     doc["$defs"][COMPLETION_CHUNK] = chunk
     return doc
@@ -231,7 +232,7 @@ def validate(obj: object, name: str) -> None:
 
 
 def validate_completion_chunk(obj: object) -> None:
-    """Validate one streamed /v1/completions chunk (CANONICAL.md section 1).
+    """Validate one streamed /v1/completions chunk (docs/canonical-output.md section 1).
 
     That is ``CreateCompletionResponse`` with strict keys, except that
     ``choices[].finish_reason`` may be null.

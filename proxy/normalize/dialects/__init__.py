@@ -41,8 +41,8 @@ DIALECTS: Final[dict[str, Dialect]] = {
 
 
 def upstream_request(dialect: Dialect, request: ClientRequest, options: RequestOptions) -> bytes:
-    """The body that goes up: the client's own for an OpenAI dialect (CANONICAL.md section 5),
-    else the native API's request built from it."""
+    """The body that goes up: the client's own for an OpenAI dialect
+    (docs/canonical-output.md section 5), else the native API's request built from it."""
     build = dialect.embed_request if request.endpoint == "embeddings" else dialect.request
     if build is None:
         return upstream_body(request, options.upstream_model, ask_usage=options.ask_usage)

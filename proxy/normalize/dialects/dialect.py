@@ -55,7 +55,8 @@ class Dialect:
     # None: the upstream speaks OpenAI's own shape, which the normalizer reads as it is.
     adapter: AdapterFactory | None = None
     adapt_response: ResponseAdapter | None = None
-    # None: the client's body goes up as it is but for the model (CANONICAL.md section 5).
+    # None: the client's body goes up as it is but for the model
+    # (docs/canonical-output.md section 5).
     request: RequestBuilder | None = None
     # The same two for the embeddings endpoint, where the API has one of its own.
     embed_request: RequestBuilder | None = None

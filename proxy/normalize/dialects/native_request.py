@@ -5,10 +5,10 @@ Every field of OpenAI's request schema (``spec/openai-schemas.json``) is either 
 the dialect, dropped because it changes nothing in the answer (``NEUTRAL``), or refused with a
 400 naming it (``refuse``), its no-op values (``n: 1``, ``presence_penalty: 0``) being as good
 as leaving it out. A field that is not OpenAI's is taken for one of the native API's own (a
-sampling option OpenAI has not, say) and passed on as it came (``extras``), as CANONICAL.md
-section 5 passes an unknown field on to an OpenAI-compatible upstream. It may not set what the
-translation sets (``merge``), but may add its own keys to an object the translation writes
-when the dialect says so (``merge_part``: sampling options, say).
+sampling option OpenAI has not, say) and passed on as it came (``extras``), as
+docs/canonical-output.md section 5 passes an unknown field on to an OpenAI-compatible upstream. It
+may not set what the translation sets (``merge``), but may add its own keys to an object the
+translation writes when the dialect says so (``merge_part``: sampling options, say).
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def adapt_event(payload: dict[str, Any], ctx: RequestContext) -> tuple[dict[str,
         return {"error": _error(payload)}, True
     token = payload.get("token")
     text = None
-    # Special tokens (</s>, <|eot_id|>) are not text (CANONICAL.md section 2).
+    # Special tokens (</s>, <|eot_id|>) are not text (docs/canonical-output.md section 2).
     if isinstance(token, dict) and token.get("special") is not True:
         text = token.get("text")
     choice: dict[str, Any] = {"index": 0, "text": text}

@@ -240,8 +240,8 @@ class Output:
         return events + item.delta(kind, text)
 
     def call(self, fragment: object) -> list[Event]:
-        """One canonical tool call fragment (CANONICAL.md section 2): the first of each call
-        carries its id and name, the later ones more arguments."""
+        """One canonical tool call fragment (docs/canonical-output.md section 2): the first of
+        each call carries its id and name, the later ones more arguments."""
         if not isinstance(fragment, dict) or self.finished:
             return []
         index = fragment.get("index", 0)

@@ -15,7 +15,8 @@ from proxy.normalize.responses.output import Output, outcome
 def response_body(
     chat: dict[str, Any], echo: Echo, *, response_id: str, created: int, model: str
 ) -> dict[str, Any]:
-    """The Response for ``chat``, a canonical ``CreateChatCompletionResponse`` (CANONICAL.md)."""
+    """The Response for ``chat``, a canonical ``CreateChatCompletionResponse``
+    (docs/canonical-output.md)."""
     choices = chat.get("choices") or []
     choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), {})
     message = choice.get("message")
