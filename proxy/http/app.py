@@ -2,10 +2,10 @@
 
 aiohttp's low-level server calls ``Gateway.handle`` for every request. It picks the handler by
 path and method itself, gives each API request its Exchange, and is the one place that turns
-an exception into an HTTP answer (CANONICAL.md section 4). There is no ``web.Application`` in
-the way: its router, middleware chain, ``Request`` objects and response-prepare signal cost
-a measurable share of throughput (docs/performance.md), for a handful of fixed paths and three
-prefixes (a model, a stored response, Azure's deployments).
+an exception into an HTTP answer (docs/canonical-output.md section 4). There is no
+``web.Application`` in the way: its router, middleware chain, ``Request`` objects and
+response-prepare signal cost a measurable share of throughput (docs/performance.md), for a handful
+of fixed paths and three prefixes (a model, a stored response, Azure's deployments).
 """
 
 from __future__ import annotations
@@ -52,18 +52,20 @@ log = logging.getLogger("proxy")
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 _REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
-# The API: path → (method, endpoint). Any other path under /v1/ is an API request too (metered,
-# logged) that ends in 404.
+# The API: path after an optional /v1 → (method, endpoint). A client whose base_url has no /v1
+# calls the paths without it (LiteLLM and vLLM serve both forms): one table answers both, as the
+# same endpoint. Any other path under /v1/ is an API request too (metered, logged) that ends
+# in 404.
 ApiEndpoint = Literal["chat", "completions", "embeddings", "responses", "models"]
 _API: Final[Mapping[str, tuple[str, ApiEndpoint]]] = {
-    "/v1/chat/completions": ("POST", "chat"),
-    "/v1/completions": ("POST", "completions"),
-    "/v1/embeddings": ("POST", "embeddings"),
-    "/v1/responses": ("POST", "responses"),
-    "/v1/models": ("GET", "models"),
+    "/chat/completions": ("POST", "chat"),
+    "/completions": ("POST", "completions"),
+    "/embeddings": ("POST", "embeddings"),
+    "/responses": ("POST", "responses"),
+    "/models": ("GET", "models"),
 }
-_MODEL_PREFIX: Final = "/v1/models/"  # GET /v1/models/{model}, as client.models.retrieve calls
-_RESPONSES_PREFIX: Final = "/v1/responses/"  # GET/DELETE /v1/responses/{id}, .../input_items
+_MODEL_PREFIX: Final = "/models/"  # GET /v1/models/{model}, as client.models.retrieve calls
+_RESPONSES_PREFIX: Final = "/responses/"  # GET/DELETE /v1/responses/{id}, .../input_items
 # Apps written for AzureOpenAI: the deployment in the path is the model (docs/endpoints.md).
 # The openai SDK puts it in the path as it is, so a model named like "meta-llama/Llama-3.1-8B"
 # spans segments: the shortest that leaves an endpoint after it.
@@ -224,22 +226,24 @@ class Gateway:
             await limiter.close()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        """Every request: an API request under /v1/, else a probe or /metrics."""
+        """Every request: an API request (under /v1/ or not), else a probe or /metrics."""
         path = request.path
-        api = _API.get(path)
+        versioned = path.startswith("/v1/")
+        route = path[3:] if versioned else path  # the path without its /v1
+        api = _API.get(route)
         deployment: str | None = None  # the model an Azure path names
         if api is None:
             azure = _AZURE.fullmatch(path)
             if azure is not None:
                 deployment = azure[1]
                 api = ("POST", _AZURE_ENDPOINTS[azure[2]])
-            elif path.startswith(_MODEL_PREFIX) and len(path) > len(_MODEL_PREFIX):
+            elif route.startswith(_MODEL_PREFIX) and len(route) > len(_MODEL_PREFIX):
                 api = ("GET", "models")
-            elif path.startswith(_RESPONSES_PREFIX):
+            elif route.startswith(_RESPONSES_PREFIX):
                 api = ("", "responses")  # a stored response: the proxy keeps none
             elif path.startswith("/admin/"):
                 return await self._admin(request)
-            elif not path.startswith("/v1/"):
+            elif not versioned:
                 return await self._other(request, path)
         state = self.state
         observers = state.observers
@@ -264,8 +268,8 @@ class Gateway:
                 raise _not_stored()
             _allow(request.method, method)
             if endpoint == "models":
-                if path.startswith(_MODEL_PREFIX):
-                    response = self._model(request, exchange, path[len(_MODEL_PREFIX) :])
+                if route.startswith(_MODEL_PREFIX):
+                    response = self._model(request, exchange, route[len(_MODEL_PREFIX) :])
                 else:
                     response = self._models(request, exchange)
             else:

@@ -1,6 +1,7 @@
 """The tolerant stream normalizer for every OpenAI-compatible upstream (sans-IO).
 
-Events go in (``feed``), canonical SSE frames come out, ready to write (CANONICAL.md section 2):
+Events go in (``feed``), canonical SSE frames come out, ready to write
+(docs/canonical-output.md section 2):
 
 - the envelope (``id``, ``object``, ``created``, ``model``) is fixed on the first chunk and kept;
 - each choice gets ``role`` once, on its first chunk; empty and opener chunks are dropped;
@@ -103,6 +104,8 @@ class StreamNormalizer:
         self._choices: dict[int, _Choice] = {}
         self._usage: dict[str, Any] | None = None  # reported for the whole response
         self._choice_usage: dict[int, dict[str, Any]] = {}  # reported on one choice's chunks
+        self._running: dict[str, Any] | None = None  # the latest on any choice's chunk
+        self._batch = _batched(ctx)
         self._complete = False  # a legacy dialect's own "this was the last event"
         self._text_chars = 0
         self._text_events = 0
@@ -174,7 +177,7 @@ class StreamNormalizer:
         return self._end(done=self._complete)
 
     def fail(self, exc: ProxyError) -> list[bytes]:
-        """End the client's stream with one error event (CANONICAL.md section 4)."""
+        """End the client's stream with one error event (docs/canonical-output.md section 4)."""
         if self.ended:
             return []
         frames = self._release(None)  # text held back still reaches the client, before it
@@ -360,7 +363,7 @@ class StreamNormalizer:
         raw_tier = payload.get("service_tier")
         if raw_tier is not None and raw_tier != self._tier_seen:
             self._tier_seen = raw_tier
-            # The completions chunk schema has no service_tier (CANONICAL.md section 1).
+            # The completions chunk schema has no service_tier (docs/canonical-output.md section 1).
             tier = service_tier(raw_tier) if self._chat else None
             if tier is not None and tier != self._tier:
                 self._tier = tier
@@ -378,9 +381,10 @@ class StreamNormalizer:
             return
         choices = payload.get("choices")
         if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict):
-            # Usage on a choice's own chunk: cumulative (Perplexity, xAI 2024: the latest is the
-            # whole count) or per choice (TGI answers each prompt of a batch with its own).
+            # Usage on a choice's own chunk: the response's running total (Perplexity, xAI 2024),
+            # or, in a batch, its prompt's own count (``_final_usage``).
             self._choice_usage[self._index(choices[0])] = usage
+            self._running = usage
             self.fixes.add(FIX_USAGE)
         else:
             self._usage = usage
@@ -391,13 +395,24 @@ class StreamNormalizer:
         return estimate_tokens(prompt_chars(self.ctx.prompt))
 
     def _final_usage(self) -> dict[str, Any] | None:
-        """The response's usage: its own report, else the sum of its choices' reports."""
+        """The response's usage: its own report, else what its choices' chunks reported.
+
+        Those are the response's running totals, the last one standing whichever choice the
+        chunk carries, so that its prompt is counted once; unless the choices answer prompts of
+        their own (``_per_prompt``): then each choice's latest report is its prompt's, added up.
+        """
         if self._usage is not None:
             return self._usage
-        if not self._choice_usage:
-            return None
-        reports = list(self._choice_usage.values())
-        return reports[0] if len(reports) == 1 else sum_usage(reports)
+        if len(self._choice_usage) > 1 and self._per_prompt():
+            return sum_usage(list(self._choice_usage.values()))
+        return self._running
+
+    def _per_prompt(self) -> bool:
+        """Whether the choices' reports each count a prompt of their own: the request was a
+        batch, or they count different prompts (TGI's batch, whatever the request said)."""
+        if self._batch:
+            return True
+        return len({report["prompt_tokens"] for report in self._choice_usage.values()}) > 1
 
     def _index(self, raw: dict[str, Any]) -> int:
         index = raw.get("index")
@@ -410,7 +425,8 @@ class StreamNormalizer:
         alias = self._aliases.get(index)
         if alias is None:
             # The first index is choice 0; a later one that ``_holds`` did not take for a token
-            # position is a choice of its own: text is never merged (CANONICAL.md section 2).
+            # position is a choice of its own: text is never merged
+            # (docs/canonical-output.md section 2).
             alias = self._aliases[index] = self._next_choice(index) if self._aliases else 0
         if alias != index:
             self.fixes.add(FIX_ENVELOPE)
@@ -610,8 +626,8 @@ class StreamNormalizer:
         limit = self.ctx.max_tokens
         if limit is None:
             return "stop"
-        # The choice's own count, or the response's when it has only this choice.
-        usage = self._choice_usage.get(index)
+        # The choice's own count (a batch's), or the response's when it has only this choice.
+        usage = self._choice_usage.get(index) if self._per_prompt() else None
         if usage is None and len(self._choices) == 1:
             usage = self._final_usage()
         return "length" if usage is not None and usage["completion_tokens"] >= limit else "stop"
@@ -623,6 +639,18 @@ class StreamNormalizer:
             "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens,
         }
+
+
+def _batched(ctx: RequestContext) -> bool:
+    """Whether the request is a batch: legacy completions' ``prompt`` as several strings or token
+    lists (one list of token ids is one prompt), each answered by choices of its own."""
+    prompt = ctx.prompt
+    return (
+        ctx.endpoint == "completions"
+        and isinstance(prompt, list)
+        and len(prompt) > 1
+        and type(prompt[0]) is not int
+    )
 
 
 def _opens(raw: dict[str, Any]) -> bool:
