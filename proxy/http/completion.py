@@ -46,7 +46,8 @@ from proxy.http.relay import (
 )
 from proxy.http.reply import JsonReply
 from proxy.http.state import Runtime, State
-from proxy.normalize import API_FAMILIES, RequestContext
+from proxy.http.upstream import Destination, Target
+from proxy.normalize import API_FAMILIES, ApiFamily, RequestContext
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
 from proxy.normalize.present import Presenter
 from proxy.normalize.responses.call import (
@@ -359,47 +360,9 @@ async def _attempt(
     passthrough = responses is not None and provider.responses
     endpoint: Endpoint = "responses" if passthrough else client_request.endpoint
     target = runtime.targets[provider.name]
-    destination = target.destination(endpoint, deployment.model)
-    if destination is None:
-        asked = "/v1/responses" if responses is not None else _PATHS[endpoint]
-        raise _Unservable(
-            InvalidRequest(
-                f"The model '{model.name}' does not serve {asked}",
-                param="model",
-                code="unsupported_endpoint",
-            )
-        )
-    ctx = RequestContext(
-        endpoint=endpoint,
-        model=client_request.model,
-        created=int(time.time()),
-        include_usage=client_request.include_usage,
-        max_tokens=client_request.max_tokens,
-        reasoning=model.reasoning,
-        dialect=provider.dialect,
-        n=client_request.n,
-        prompt=client_request.prompt,
-        redact=runtime.redact,
-        choices=client_request.choices,
-        encoding=client_request.encoding,
-        keeps=runtime.config.server.max_response_bytes,
-    )
-    family = API_FAMILIES[provider.api]
-    presenter: Presenter | None = None
-    if responses is not None:
-        if passthrough:
-            family = PASSTHROUGH
-        elif responses.echo is None:
-            assert responses.refusal is not None
-            raise _Unservable(responses.refusal)  # only a provider serving the API can do it
-        else:
-            presenter = ResponsesPresenter(
-                responses.echo,
-                response_id=responses.response_id,
-                created=responses.created,
-                model=client_request.model,
-                limit=ctx.keeps,
-            )
+    destination = _destination(target, endpoint, model, deployment, responses)
+    ctx = _request_context(runtime, model, provider, client_request, endpoint)
+    family, presenter = _presentation(provider, client_request, responses, passthrough, ctx)
     made = (model, provider, deployment, client_request, responses, passthrough)
     if client_request.size > READ_APART:
         body = await asyncio.to_thread(_upstream_body, *made)
@@ -446,3 +409,75 @@ async def _attempt(
         return await relay_whole(answer, exchange)
     finally:
         timer.close()  # whatever happened: a retry's backoff must not be cut short by it
+
+
+def _destination(
+    target: Target,
+    endpoint: Endpoint,
+    model: Model,
+    deployment: Deployment,
+    responses: ResponsesCall | None,
+) -> Destination:
+    """Where ``deployment`` serves ``endpoint``; ``_Unservable`` if it does not."""
+    destination = target.destination(endpoint, deployment.model)
+    if destination is None:
+        asked = "/v1/responses" if responses is not None else _PATHS[endpoint]
+        raise _Unservable(
+            InvalidRequest(
+                f"The model '{model.name}' does not serve {asked}",
+                param="model",
+                code="unsupported_endpoint",
+            )
+        )
+    return destination
+
+
+def _request_context(
+    runtime: Runtime,
+    model: Model,
+    provider: Provider,
+    client_request: ClientRequest,
+    endpoint: Endpoint,
+) -> RequestContext:
+    """What the normalizer of this attempt's answer needs to know of the request."""
+    return RequestContext(
+        endpoint=endpoint,
+        model=client_request.model,
+        created=int(time.time()),
+        include_usage=client_request.include_usage,
+        max_tokens=client_request.max_tokens,
+        reasoning=model.reasoning,
+        dialect=provider.dialect,
+        n=client_request.n,
+        prompt=client_request.prompt,
+        redact=runtime.redact,
+        choices=client_request.choices,
+        encoding=client_request.encoding,
+        keeps=runtime.config.server.max_response_bytes,
+    )
+
+
+def _presentation(
+    provider: Provider,
+    client_request: ClientRequest,
+    responses: ResponsesCall | None,
+    passthrough: bool,
+    ctx: RequestContext,
+) -> tuple[ApiFamily, Presenter | None]:
+    """How the answer is read (the provider's API family) and shown to the client: as the
+    canonical chat (no presenter), or as the Responses API it asked in."""
+    if responses is None:
+        return API_FAMILIES[provider.api], None
+    if passthrough:
+        return PASSTHROUGH, None
+    if responses.echo is None:
+        assert responses.refusal is not None
+        raise _Unservable(responses.refusal)  # only a provider serving the API can do it
+    presenter = ResponsesPresenter(
+        responses.echo,
+        response_id=responses.response_id,
+        created=responses.created,
+        model=client_request.model,
+        limit=ctx.keeps,
+    )
+    return API_FAMILIES[provider.api], presenter

@@ -2,11 +2,11 @@
 
 Headers go to the client only once the normalizer has something to say, so that anything that
 fails before the first byte (the upstream's status, a timeout, an error event first thing)
-is still a proper HTTP error (CANONICAL.md section 4), and still worth another deployment: a
-``ProxyError`` raised from here means the client has received nothing. After the first byte,
-failures become one error event. Upstream reads are bounded by the provider's first-byte, idle
-and total timeouts, client writes by the idle timeout; a client that goes away closes the
-upstream request at once (aiohttp cancels the handler, and every path closes the upstream).
+is still a proper HTTP error (docs/canonical-output.md section 4), and still worth another
+deployment: a ``ProxyError`` raised from here means the client has received nothing. After the first
+byte, failures become one error event. Upstream reads are bounded by the provider's first-byte, idle
+and total timeouts, client writes by the idle timeout; a client that goes away closes the upstream
+request at once (aiohttp cancels the handler, and every path closes the upstream).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import fcntl
 import logging
 import struct
 import termios
-from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import Final, TypeVar
 
@@ -67,9 +67,8 @@ _STREAM_HEADERS: Final = {
 }
 
 
-# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
-# RequestContext says why).
-@dataclass(slots=True, init=False)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class Answer:
     """An upstream's 200 answer, and what relaying it needs."""
 
@@ -87,32 +86,6 @@ class Answer:
     # what the worker's collected answers hold at once, bounded by ``limit`` together.
     collected: int
     collecting: Collecting
-
-    def __init__(
-        self,
-        response: UpstreamResponse,
-        family: ApiFamily,
-        ctx: RequestContext,
-        timeouts: Timeouts,
-        deadline: float,
-        timer: Deadline,
-        relays: Relays,
-        presenter: Presenter | None,
-        limit: int,
-        collected: int,
-        collecting: Collecting,
-    ) -> None:
-        self.response = response
-        self.family = family
-        self.ctx = ctx
-        self.timeouts = timeouts
-        self.deadline = deadline
-        self.timer = timer
-        self.relays = relays
-        self.limit = limit
-        self.presenter = presenter
-        self.collected = collected
-        self.collecting = collecting
 
     def decoder(self, *, stream: bool) -> Decoder | None:
         """The decoder of this answer's events; None when it is one whole JSON body.
@@ -251,7 +224,8 @@ def _normalized(
 
 
 def _whole_reply(body: bytes, usage: Usage) -> JsonReply:
-    # Whether the counts are the upstream's or the proxy's estimate (CANONICAL.md section 3).
+    # Whether the counts are the upstream's or the proxy's estimate
+    # (docs/canonical-output.md section 3).
     return JsonReply(body, headers={USAGE_SOURCE: usage.source})
 
 
@@ -307,9 +281,8 @@ async def _read_within_total(answer: Answer, exchange: Exchange, read: Awaitable
         answer.response.close()
 
 
-# Made per request, so not frozen, and with an __init__ of its own (proxy.normalize.fields.
-# RequestContext says why).
-@dataclass(slots=True, init=False)
+# Made per request, so not frozen (proxy.normalize.fields.RequestContext says why).
+@dataclass(slots=True)
 class _Opening:
     """What starting a stream's response takes: once the first frame is ready, never before."""
 
@@ -317,20 +290,8 @@ class _Opening:
     exchange: Exchange
     headers: dict[str, str]
     observers: Sequence[Observer]
-    started: web.StreamResponse | None  # the response, once its headers have gone out
-
-    def __init__(
-        self,
-        request: web.BaseRequest,
-        exchange: Exchange,
-        headers: dict[str, str],
-        observers: Sequence[Observer],
-    ) -> None:
-        self.request = request
-        self.exchange = exchange
-        self.headers = headers
-        self.observers = observers
-        self.started = None
+    # The response, once its headers have gone out.
+    started: web.StreamResponse | None = field(default=None, init=False)
 
     def response(self) -> web.StreamResponse:
         return web.StreamResponse(status=200, headers={**_STREAM_HEADERS, **self.headers})
@@ -396,7 +357,6 @@ async def _pump(
             # the waits metered (see Exchange).
             limit = first_frame_by if response is None else loop.time() + timeouts.idle
             timer.move(min(limit, deadline))
-            started = perf_counter()
             waiting = "upstream"
             if pipe is not None:
                 frames = await pipe.flow()  # it meters its waits for the upstream itself
@@ -410,29 +370,12 @@ async def _pump(
                     exchange.client_wait += perf_counter() - now
                     continue
             else:
-                try:
-                    data = await read()
-                except TRANSPORT_ERRORS as exc:
-                    exchange.upstream_wait += perf_counter() - started
-                    frames = normalizer.fail(upstream_error_for(handled(exc), "stream"))
-                else:
-                    # The wait ends with the read: decoding and normalizing are our own time.
-                    exchange.upstream_wait += perf_counter() - started
-                    try:
-                        events = decoder.feed(data) if data else decoder.close()
-                    except UpstreamError as exc:  # an event over the size bound
-                        frames = normalizer.fail(exc)
-                    else:
-                        frames = frames_for(normalizer, events, not data)
+                data, frames = await _read_frames(read, decoder, normalizer, exchange)
                 now = perf_counter()
             if not frames:
                 continue
             if response is None:
-                if normalizer.error is not None and len(frames) == 1:
-                    # The failure is all there is to say, and nothing was sent: an HTTP error.
-                    raise normalizer.error
-                response = opening.response()
-                await opening.open(response)
+                response = await _first_frames(opening, normalizer, frames)
             if normalizer.error is not None:
                 _failed_after_first_byte(exchange, normalizer.error)
             timer.move(loop.time() + timeouts.idle)
@@ -460,12 +403,7 @@ async def _pump(
     except asyncio.CancelledError:
         if not timer.expired():
             raise  # cancelled from outside: the client left (handler cancellation)
-        if waiting == "client":
-            _let_go(opening.request, exchange)  # it stopped reading: nothing more can reach it
-        elif waiting == "reuse":
-            pass  # the answer is complete; the upstream connection is closed, not reused
-        else:
-            await _upstream_timed_out(answer, normalizer, exchange, opening.request, response)
+        await _timed_out(waiting, answer, normalizer, exchange, opening.request, response)
     except ConnectionResetError:
         exchange.client_disconnected = True  # the client went away
     finally:
@@ -474,6 +412,72 @@ async def _pump(
         assert normalizer.error is not None
         raise normalizer.error
     return response
+
+
+async def _read_frames(
+    read: Callable[[], Awaitable[bytes]],
+    decoder: Decoder,
+    normalizer: EventStream,
+    exchange: Exchange,
+) -> tuple[bytes, list[bytes]]:
+    """One read of the upstream's body and the frames it makes, before the pipe takes over (a
+    stream's first frames, usually in its first read); a failed read makes an error's."""
+    started = perf_counter()
+    try:
+        data = await read()
+    except TRANSPORT_ERRORS as exc:
+        exchange.upstream_wait += perf_counter() - started
+        return b"", normalizer.fail(upstream_error_for(handled(exc), "stream"))
+    # The wait ends with the read: decoding and normalizing are our own time.
+    exchange.upstream_wait += perf_counter() - started
+    try:
+        events = decoder.feed(data) if data else decoder.close()
+    except UpstreamError as exc:  # an event over the size bound
+        return data, normalizer.fail(exc)
+    return data, frames_for(normalizer, events, not data)
+
+
+async def _first_frames(
+    opening: _Opening, normalizer: EventStream, frames: list[bytes]
+) -> web.StreamResponse:
+    """The stream's response, its headers sent, once its first frames are ready to follow."""
+    if normalizer.error is not None and len(frames) == 1:
+        # The failure is all there is to say, and nothing was sent: an HTTP error.
+        raise normalizer.error
+    response = opening.response()
+    await opening.open(response)
+    return response
+
+
+async def _timed_out(
+    waiting: str,
+    answer: Answer,
+    normalizer: EventStream,
+    exchange: Exchange,
+    request: web.BaseRequest,
+    response: web.StreamResponse | None,
+) -> None:
+    """The attempt's deadline passed while ``waiting`` for the client, for the rest of an answer
+    already complete (``reuse``), or for the upstream, which went quiet for longer than allowed:
+    then one error event, if anything was sent."""
+    if waiting == "client":
+        _let_go(request, exchange)  # it stopped reading: nothing more can reach it
+        return
+    if waiting == "reuse":
+        return  # the answer is complete; the upstream connection is closed, not reused
+    frames = normalizer.fail(_gap_timeout(answer, started=response is not None))
+    if response is None:
+        return
+    assert normalizer.error is not None
+    _failed_after_first_byte(exchange, normalizer.error)
+    try:
+        async with asyncio.timeout(answer.timeouts.idle):
+            await response.write(b"".join(frames))
+            await response.write_eof()
+    except ConnectionResetError:
+        exchange.client_disconnected = True
+    except TimeoutError:
+        _let_go(request, exchange)
 
 
 def _pipe(
@@ -502,29 +506,6 @@ def _pipe(
         exchange=exchange,
         relays=answer.relays,
     )
-
-
-async def _upstream_timed_out(
-    answer: Answer,
-    normalizer: EventStream,
-    exchange: Exchange,
-    request: web.BaseRequest,
-    response: web.StreamResponse | None,
-) -> None:
-    """The upstream went quiet for longer than allowed: one error event, if anything was sent."""
-    frames = normalizer.fail(_gap_timeout(answer, started=response is not None))
-    if response is None:
-        return
-    assert normalizer.error is not None
-    _failed_after_first_byte(exchange, normalizer.error)
-    try:
-        async with asyncio.timeout(answer.timeouts.idle):
-            await response.write(b"".join(frames))
-            await response.write_eof()
-    except ConnectionResetError:
-        exchange.client_disconnected = True
-    except TimeoutError:
-        _let_go(request, exchange)
 
 
 def _gap_timeout(answer: Answer, *, started: bool) -> UpstreamTimeout:

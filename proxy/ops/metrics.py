@@ -17,7 +17,7 @@ import asyncio
 import hmac
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, Literal, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -115,6 +115,178 @@ class _Route:
     tokens: dict[str, tuple[Counter, Counter, Counter, Counter]] = field(default_factory=dict)
 
 
+_Kind = Literal["counter", "gauge", "histogram"]
+_GaugeMode = Literal["livesum", "livemax"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """One metric of ``ProxyMetrics``: the attribute that holds it, and what it is made of."""
+
+    attribute: str
+    kind: _Kind
+    name: str
+    doc: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] = ()  # a histogram's
+    # A gauge's value across workers. livesum: the sum over live workers (a dead worker's
+    # requests are no longer in flight).
+    mode: _GaugeMode = "livesum"
+    # Label values whose series exist from the start, at zero, whatever the configuration.
+    zeros: tuple[tuple[str, ...], ...] = ()
+
+    def make(self, registry: CollectorRegistry) -> MetricWrapperBase:
+        if self.kind == "histogram":
+            return Histogram(
+                self.name, self.doc, self.labels, registry=registry, buckets=self.buckets
+            )
+        if self.kind == "gauge":
+            return Gauge(
+                self.name, self.doc, self.labels, registry=registry, multiprocess_mode=self.mode
+            )
+        return Counter(self.name, self.doc, self.labels, registry=registry)
+
+
+# Every metric of ProxyMetrics (docs/metrics.md lists them; the names are a contract).
+_METRICS: Final = (
+    _Spec(
+        "requests",
+        "counter",
+        "llm_proxy_requests_total",
+        "API requests finished, by status class.",
+        ("team", "model", "provider", "endpoint", "stream", "status_class"),
+    ),
+    _Spec(
+        "tokens",
+        "counter",
+        "llm_proxy_tokens_total",
+        "Tokens used, upstream-reported or estimated.",
+        ("team", "model", "provider", "type", "source"),
+    ),
+    _Spec(
+        "cost",
+        "counter",
+        "llm_proxy_cost_usd_total",
+        "What the tokens used cost, in USD, by the configured prices.",
+        ("team", "model", "provider"),
+    ),
+    _Spec(
+        "unpriced",
+        "counter",
+        "llm_proxy_unpriced_requests_total",
+        "Requests that used tokens of a model with no price: their cost is unknown.",
+        ("team", "model", "provider"),
+    ),
+    _Spec(
+        "duration",
+        "histogram",
+        "llm_proxy_request_duration_seconds",
+        "Time from a request's arrival to its last byte.",
+        ("model", "provider", "endpoint", "stream"),
+        DURATION_BUCKETS,
+    ),
+    _Spec(
+        "time_to_first_token",
+        "histogram",
+        "llm_proxy_time_to_first_token_seconds",
+        "Time from a stream request's arrival to the first byte of its body.",
+        ("model", "provider"),
+        TTFT_BUCKETS,
+    ),
+    _Spec(
+        "overhead",
+        "histogram",
+        "llm_proxy_overhead_seconds",
+        "Time spent in the proxy itself, waiting on upstream and client excluded.",
+        ("endpoint", "stream"),
+        OVERHEAD_BUCKETS,
+    ),
+    _Spec(
+        "upstream_errors",
+        "counter",
+        "llm_proxy_upstream_errors_total",
+        "Requests that failed upstream, by kind of failure.",
+        ("provider", "kind"),
+    ),
+    _Spec(
+        "requests_in_flight",
+        "gauge",
+        "llm_proxy_requests_in_flight",
+        "API requests being handled.",
+        ("endpoint",),
+        zeros=tuple((endpoint,) for endpoint in ENDPOINTS),
+    ),
+    _Spec(
+        "streams_in_flight",
+        "gauge",
+        "llm_proxy_streams_in_flight",
+        "Streams being relayed.",
+        ("provider",),
+    ),
+    _Spec(
+        "normalization_fixes",
+        "counter",
+        "llm_proxy_normalization_fixes_total",
+        "Requests whose upstream output needed this kind of fix.",
+        ("provider", "fix"),
+    ),
+    _Spec(
+        "client_disconnects",
+        "counter",
+        "llm_proxy_client_disconnects_total",
+        "Requests whose client went away before the end.",
+        ("team", "model", "provider"),
+    ),
+    _Spec(
+        "upstream_retries",
+        "counter",
+        "llm_proxy_upstream_retries_total",
+        "Upstream attempts that failed and were followed by another (retry or fallback).",
+        ("model", "provider"),
+    ),
+    _Spec(
+        "circuit_state",
+        "gauge",
+        "llm_proxy_circuit_state",
+        "A deployment's circuit breaker: 0 closed, 1 half-open (probing), 2 open.",
+        ("model", "provider", "upstream_model"),
+        # Each worker keeps its own breakers: the worst live one is the deployment's state.
+        mode="livemax",
+    ),
+    _Spec(
+        "circuit_transitions",
+        "counter",
+        "llm_proxy_circuit_transitions_total",
+        "Circuit breaker transitions, by the state entered.",
+        ("model", "provider", "upstream_model", "state"),
+    ),
+    _Spec(
+        "config_reloads",
+        "counter",
+        "llm_proxy_config_reloads_total",
+        "Configuration reloads (SIGHUP), applied or refused.",
+        ("result",),
+        zeros=(("success",), ("failure",)),
+    ),
+    _Spec(
+        "gc_pauses",
+        "histogram",
+        "llm_proxy_gc_pause_seconds",
+        "Pauses of a worker's cycle collector, young generations or in full.",
+        ("collection",),
+        GC_BUCKETS,
+        zeros=(("young",), ("full",)),
+    ),
+    _Spec(
+        "log_lines_dropped",
+        "counter",
+        "llm_proxy_log_lines_dropped_total",
+        "Lines of log (access or diagnostic) dropped: the workers' stderr was not being read.",
+        (),
+    ),
+)
+
+
 class ProxyMetrics(Observer):
     """Counts every API request on collectors registered in ``registry``.
 
@@ -122,156 +294,52 @@ class ProxyMetrics(Observer):
     the start, so that rates and alerts see a series before its first event.
     """
 
+    # One attribute per entry of _METRICS: a labelled metric's children, or the metric itself.
+    requests: _Children[Counter]
+    tokens: _Children[Counter]
+    cost: _Children[Counter]
+    unpriced: _Children[Counter]
+    duration: _Children[Histogram]
+    time_to_first_token: _Children[Histogram]
+    overhead: _Children[Histogram]
+    upstream_errors: _Children[Counter]
+    requests_in_flight: _Children[Gauge]
+    streams_in_flight: _Children[Gauge]
+    normalization_fixes: _Children[Counter]
+    client_disconnects: _Children[Counter]
+    upstream_retries: _Children[Counter]
+    circuit_state: _Children[Gauge]
+    circuit_transitions: _Children[Counter]
+    config_reloads: _Children[Counter]
+    gc_pauses: _Children[Histogram]
+    log_lines_dropped: Counter
+
     def __init__(
         self,
         registry: CollectorRegistry,
         providers: Iterable[str] = (),
         deployments: Iterable[tuple[str, str, str]] = (),
     ) -> None:
-        def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
-            return Counter(name, doc, labels, registry=registry)
-
-        def histogram(
-            name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]
-        ) -> Histogram:
-            return Histogram(name, doc, labels, registry=registry, buckets=buckets)
-
-        def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
-            # livesum: the sum over live workers; a dead worker's requests are no longer in flight.
-            return Gauge(name, doc, labels, registry=registry, multiprocess_mode="livesum")
-
-        self.requests = _Children(
-            counter(
-                "llm_proxy_requests_total",
-                "API requests finished, by status class.",
-                ("team", "model", "provider", "endpoint", "stream", "status_class"),
-            )
-        )
-        self.tokens = _Children(
-            counter(
-                "llm_proxy_tokens_total",
-                "Tokens used, upstream-reported or estimated.",
-                ("team", "model", "provider", "type", "source"),
-            )
-        )
-        self.cost = _Children(
-            counter(
-                "llm_proxy_cost_usd_total",
-                "What the tokens used cost, in USD, by the configured prices.",
-                ("team", "model", "provider"),
-            )
-        )
-        self.unpriced = _Children(
-            counter(
-                "llm_proxy_unpriced_requests_total",
-                "Requests that used tokens of a model with no price: their cost is unknown.",
-                ("team", "model", "provider"),
-            )
-        )
-        self.duration = _Children(
-            histogram(
-                "llm_proxy_request_duration_seconds",
-                "Time from a request's arrival to its last byte.",
-                ("model", "provider", "endpoint", "stream"),
-                DURATION_BUCKETS,
-            )
-        )
-        self.time_to_first_token = _Children(
-            histogram(
-                "llm_proxy_time_to_first_token_seconds",
-                "Time from a stream request's arrival to the first byte of its body.",
-                ("model", "provider"),
-                TTFT_BUCKETS,
-            )
-        )
-        self.overhead = _Children(
-            histogram(
-                "llm_proxy_overhead_seconds",
-                "Time spent in the proxy itself, waiting on upstream and client excluded.",
-                ("endpoint", "stream"),
-                OVERHEAD_BUCKETS,
-            )
-        )
-        self.upstream_errors = _Children(
-            counter(
-                "llm_proxy_upstream_errors_total",
-                "Requests that failed upstream, by kind of failure.",
-                ("provider", "kind"),
-            )
-        )
-        self.requests_in_flight = _Children(
-            gauge("llm_proxy_requests_in_flight", "API requests being handled.", ("endpoint",))
-        )
-        self.streams_in_flight = _Children(
-            gauge("llm_proxy_streams_in_flight", "Streams being relayed.", ("provider",))
-        )
-        self.normalization_fixes = _Children(
-            counter(
-                "llm_proxy_normalization_fixes_total",
-                "Requests whose upstream output needed this kind of fix.",
-                ("provider", "fix"),
-            )
-        )
-        self.client_disconnects = _Children(
-            counter(
-                "llm_proxy_client_disconnects_total",
-                "Requests whose client went away before the end.",
-                ("team", "model", "provider"),
-            )
-        )
-        self.upstream_retries = _Children(
-            counter(
-                "llm_proxy_upstream_retries_total",
-                "Upstream attempts that failed and were followed by another (retry or fallback).",
-                ("model", "provider"),
-            )
-        )
-        self.circuit_state = _Children(
-            Gauge(
-                "llm_proxy_circuit_state",
-                "A deployment's circuit breaker: 0 closed, 1 half-open (probing), 2 open.",
-                ("model", "provider", "upstream_model"),
-                registry=registry,
-                # Each worker keeps its own breakers: the worst live one is the deployment's state.
-                multiprocess_mode="livemax",
-            )
-        )
-        self.circuit_transitions = _Children(
-            counter(
-                "llm_proxy_circuit_transitions_total",
-                "Circuit breaker transitions, by the state entered.",
-                ("model", "provider", "upstream_model", "state"),
-            )
-        )
-        self.config_reloads = _Children(
-            counter(
-                "llm_proxy_config_reloads_total",
-                "Configuration reloads (SIGHUP), applied or refused.",
-                ("result",),
-            )
-        )
-        self.gc_pauses = _Children(
-            histogram(
-                "llm_proxy_gc_pause_seconds",
-                "Pauses of a worker's cycle collector, young generations or in full.",
-                ("collection",),
-                GC_BUCKETS,
-            )
-        )
-        self.log_lines_dropped = counter(
-            "llm_proxy_log_lines_dropped_total",
-            "Lines of log (access or diagnostic) dropped: the workers' stderr was not being read.",
-            (),
-        )
-        for result in ("success", "failure"):
-            self.config_reloads(result)
-        for collection in ("young", "full"):
-            self.gc_pauses(collection)
+        for spec in _METRICS:
+            metric = spec.make(registry)
+            if not spec.labels:
+                setattr(self, spec.attribute, metric)
+                continue
+            children = _Children(metric)
+            for values in spec.zeros:
+                children(*values)
+            setattr(self, spec.attribute, children)
         for model, provider, upstream_model in deployments:
             self.circuit_state(model, provider, upstream_model).set(0)
             self.upstream_retries(model, provider)
             for state in _CIRCUIT_VALUES:
                 self.circuit_transitions(model, provider, upstream_model, state)
+        for provider in providers:
+            self.streams_in_flight(provider)
+            for kind in UPSTREAM_ERROR_KINDS:
+                self.upstream_errors(provider, kind)
+            for fix in FIXES:
+                self.normalization_fixes(provider, fix)
         # The gauge child of each stream in flight, by id() of its exchange (which is alive, and
         # so keeps its id, until finished() has run).
         self._streaming: dict[int, Gauge] = {}
@@ -285,14 +353,6 @@ class ProxyMetrics(Observer):
         self._tallies: dict[Histogram, list[float]] = {}  # observations held
         self._batch = Batch(self.flush, FLUSH_DELAY)
         self._routes: dict[tuple[str, str, str, str, str, str], _Route] = {}
-        for endpoint in ENDPOINTS:
-            self.requests_in_flight(endpoint)
-        for provider in providers:
-            self.streams_in_flight(provider)
-            for kind in UPSTREAM_ERROR_KINDS:
-                self.upstream_errors(provider, kind)
-            for fix in FIXES:
-                self.normalization_fixes(provider, fix)
 
     def started(self, exchange: Exchange) -> None:
         self._move(self.requests_in_flight(endpoint_label(exchange)), 1)

@@ -91,8 +91,8 @@ def make_observers(
 
 class _RequestHandler(web.RequestHandler):
     """aiohttp's handler of one connection, answering what it could not parse (a bad request
-    line, headers too large, a Content-Length that is no number) in CANONICAL.md 4's shape
-    instead of aiohttp's plain text."""
+    line, headers too large, a Content-Length that is no number) in the shape of
+    docs/canonical-output.md section 4 instead of aiohttp's plain text."""
 
     def handle_error(
         self,
@@ -211,76 +211,31 @@ async def serve_worker(
     """
     loaded = _signature(listen.config_path)
     config = load_config(listen.config_path)
-    metrics = config.metrics
-    registry = CollectorRegistry()
-    exposition = Exposition(registry, metrics_dir)
-    on_main = metrics.enabled and metrics.port is None
+    exposition = Exposition(CollectorRegistry(), metrics_dir)
     # The worker's stderr, for its access log and its diagnostics alike: never waited for.
     outlet = Outlet(2)
-    gateway = Gateway(
-        config,
-        observers=make_observers(config, registry, outlet),
-        extra_routes=metrics_routes(exposition, metrics.token) if on_main else None,
-        worker_socket=state_socket,
-    )
+    gateway = _worker_gateway(config, exposition, outlet, state_socket)
     state = gateway.state
-    outlet.on_dropped = partial(_tell_dropped, state.observers)
+    loop = asyncio.get_running_loop()
     async with AsyncExitStack() as stack:
         # Left after the observers' close (last in, first out), which hands it their last lines.
-        stack.enter_context(_logging_to(outlet, asyncio.get_running_loop()))
+        stack.enter_context(_logging_to(outlet, loop))
         # Left last but for the logging (last in, first out): once the listeners are down, the
         # requests over and reported (the gateway's close), the observers write out what they
         # hold.
         stack.callback(_close_observers, state.observers)
-        if metrics.enabled and metrics.port is not None:
-            # Started first, so cleaned up last (last in, first out): scrapes keep working
-            # while requests drain. Every worker binds it, as it binds the main port.
-            metrics_runner = web.AppRunner(metrics_app(exposition, metrics.token), access_log=None)
-            await metrics_runner.setup()
-            stack.push_async_callback(metrics_runner.cleanup)
-            await web.TCPSite(
-                metrics_runner, metrics.host, metrics.port, reuse_port=reuse_port or None
-            ).start()
-            log.info(
-                "worker %d serving metrics on http://%s:%d/metrics",
-                os.getpid(),
-                metrics.host,
-                metrics.port,
-            )
-        runner = ProxyRunner(gateway)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(
-            runner, listen.host, listen.port, reuse_port=reuse_port or None, backlog=2048
-        )
-        await site.start()
-        log.info("worker %d listening on http://%s:%d", os.getpid(), listen.host, listen.port)
-        # What is loaded by now (modules, configuration, the app) lives as long as the process:
-        # frozen, a full collection no longer walks it, and pauses about half as long.
-        gc.collect()
-        gc.freeze()
-        loop = asyncio.get_running_loop()
-        if config.server.gc_interval:
-            collector = Collector(
-                loop, config.server.gc_interval, observe=partial(_tell_collected, state)
-            )
-            collector.start()
-            # Left before the drain: CPython's own schedule is as good for the last requests.
-            stack.callback(collector.close)
+        # Started first, so cleaned up last (last in, first out): scrapes keep working while
+        # requests drain.
+        await _serve_metrics(stack, config, exposition, reuse_port=reuse_port)
+        await _serve_api(stack, gateway, listen, reuse_port=reuse_port)
+        _settle_memory(stack, loop, config, state)
         if ready is not None:
             ready()
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, reload_config, state, listen.config_path)
-        # Blocked by the supervisor from before this process began (its default action ends
-        # a process): a SIGHUP sent meanwhile is pending, and reloads once unblocked.
-        pending = signal.SIGHUP in signal.sigpending()
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+        stop, reload_pending = _handle_signals(loop, state, listen.config_path)
         if parent is not None:
             orphaned = asyncio.create_task(_orphaned(parent, stop))
             stack.callback(orphaned.cancel)
-        if not pending and _signature(listen.config_path) != loaded:
+        if not reload_pending and _signature(listen.config_path) != loaded:
             # Changed while this worker started, and no SIGHUP says so (or one found no
             # handler, as a single worker ignores it until here): reload once.
             reload_config(state, listen.config_path)
@@ -299,6 +254,88 @@ async def serve_worker(
             log.info("worker %d not ready; closing its listener in %g s", os.getpid(), delay)
             await asyncio.sleep(delay)
         log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
+
+
+def _worker_gateway(
+    config: Config, exposition: Exposition, outlet: Outlet, state_socket: str | None
+) -> Gateway:
+    """The worker's gateway, its observers on ``exposition``'s registry and ``outlet``, with
+    /metrics among its routes unless the metrics have a port of their own."""
+    metrics = config.metrics
+    on_main = metrics.enabled and metrics.port is None
+    gateway = Gateway(
+        config,
+        observers=make_observers(config, exposition.registry, outlet),
+        extra_routes=metrics_routes(exposition, metrics.token) if on_main else None,
+        worker_socket=state_socket,
+    )
+    outlet.on_dropped = partial(_tell_dropped, gateway.state.observers)
+    return gateway
+
+
+async def _serve_metrics(
+    stack: AsyncExitStack, config: Config, exposition: Exposition, *, reuse_port: bool
+) -> None:
+    """Listen for scrapes on the metrics port, if there is one, until ``stack`` is left. Every
+    worker binds it, as it binds the main port."""
+    metrics = config.metrics
+    if not metrics.enabled or metrics.port is None:
+        return
+    runner = web.AppRunner(metrics_app(exposition, metrics.token), access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    await web.TCPSite(runner, metrics.host, metrics.port, reuse_port=reuse_port or None).start()
+    log.info(
+        "worker %d serving metrics on http://%s:%d/metrics", os.getpid(), metrics.host, metrics.port
+    )
+
+
+async def _serve_api(
+    stack: AsyncExitStack, gateway: Gateway, listen: Listen, *, reuse_port: bool
+) -> None:
+    """Listen for API requests until ``stack`` is left, then drain them (``ProxyRunner``)."""
+    runner = ProxyRunner(gateway)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(
+        runner, listen.host, listen.port, reuse_port=reuse_port or None, backlog=2048
+    )
+    await site.start()
+    log.info("worker %d listening on http://%s:%d", os.getpid(), listen.host, listen.port)
+
+
+def _settle_memory(
+    stack: AsyncExitStack, loop: asyncio.AbstractEventLoop, config: Config, state: State
+) -> None:
+    """Freeze what the worker has loaded, and collect cycles on the worker's own schedule
+    (``server.gc_interval``) until ``stack`` is left."""
+    # What is loaded by now (modules, configuration, the app) lives as long as the process:
+    # frozen, a full collection no longer walks it, and pauses about half as long.
+    gc.collect()
+    gc.freeze()
+    if config.server.gc_interval:
+        collector = Collector(
+            loop, config.server.gc_interval, observe=partial(_tell_collected, state)
+        )
+        collector.start()
+        # Left before the drain: CPython's own schedule is as good for the last requests.
+        stack.callback(collector.close)
+
+
+def _handle_signals(
+    loop: asyncio.AbstractEventLoop, state: State, path: Path
+) -> tuple[asyncio.Event, bool]:
+    """SIGTERM and SIGINT set the event returned, SIGHUP reloads ``path``; and whether a SIGHUP
+    came while the worker started."""
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload_config, state, path)
+    # Blocked by the supervisor from before this process began (its default action ends
+    # a process): a SIGHUP sent meanwhile is pending, and reloads once unblocked.
+    pending = signal.SIGHUP in signal.sigpending()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+    return stop, pending
 
 
 async def _orphaned(parent: int, stop: asyncio.Event) -> None:
@@ -444,22 +481,41 @@ def serve(listen: Listen) -> int:
 def _supervise(listen: Listen) -> int:
     # spawn, not fork: a worker must not inherit the parent's state (or a prometheus registry).
     context = multiprocessing.get_context("spawn")
-    # A fresh directory per run: counters start at zero and no file of an earlier run is merged.
-    metrics_dir = tempfile.mkdtemp(prefix="llm-proxy-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    # Its lines (a worker died) through an outlet that never waits: waiting on a stderr nobody
-    # reads, the supervisor started no worker in place of a dead one (it says so first), and did
-    # not exit on SIGTERM (tests/ops/test_outlet.py).
-    # The workers' shared limits when there is no Redis: served by this process for as long as
-    # the run lasts, whichever worker dies and starts again.
-    service = StateService()
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            # A fresh directory per run: counters start at zero and no file of an earlier run is
+            # merged.
+            metrics_dir = _run_directory()
+            stack.callback(shutil.rmtree, metrics_dir, ignore_errors=True)
+            # The workers' shared limits when there is no Redis: served by this process for as
+            # long as the run lasts, whichever worker dies and starts again.
+            service = StateService()
+        except OSError as exc:
+            # A read-only root without a tmpfs at /tmp (docker run --read-only): one clear line.
+            log.error(_NO_TEMPORARY_DIRECTORY, listen.workers, exc)
+            return 2
+        stack.callback(service.stop)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        # Its lines (a worker died) through an outlet that never waits: waiting on a stderr nobody
+        # reads, the supervisor started no worker in place of a dead one (it says so first), and
+        # did not exit on SIGTERM (tests/ops/test_outlet.py).
         with _logging_to(Outlet(2, patient=False), None):
             service.start()
             return _run_workers(listen, context, metrics_dir, service.path)
-    finally:
-        service.stop()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+_NO_TEMPORARY_DIRECTORY: Final = (
+    "cannot serve with %d workers: they need a writable temporary directory, for their shared"
+    " metrics files and state socket (%s). Point TMPDIR at a writable directory, or mount one at"
+    " /tmp (docker run --tmpfs /tmp; in Kubernetes, an emptyDir volume), or serve with --workers 1."
+)
+
+
+def _run_directory() -> str:
+    """A fresh directory for the run's metrics files, in $TMPDIR when it is set: there or not at
+    all (tempfile would quietly take /tmp in place of a TMPDIR that does not work), else in the
+    first usable one of /tmp, /var/tmp and /usr/tmp."""
+    return tempfile.mkdtemp(prefix="llm-proxy-metrics-", dir=os.environ.get("TMPDIR") or None)
 
 
 # A worker that dies within STABLE_SECONDS of its start is started again after a delay, doubled
@@ -495,20 +551,31 @@ class _Slot:
     start_at: float = 0.0  # when a process is None: when to start one
 
 
-def _run_workers(
-    listen: Listen,
-    context: multiprocessing.context.SpawnContext,
-    metrics_dir: str,
-    state_socket: str | None = None,
-) -> int:
-    slots: list[_Slot] = []
-    stopping = False
-    told: set[int] = set()  # the workers sent SIGTERM
+class _Workers:
+    """The supervisor's worker processes, one per slot: started, told of signals, started again
+    when they die (``Restarts``), and waited for at the end."""
 
-    def start_worker() -> multiprocessing.process.BaseProcess:
-        process = context.Process(
+    __slots__ = ("context", "listen", "metrics_dir", "slots", "state_socket", "stopping", "told")
+
+    def __init__(
+        self,
+        listen: Listen,
+        context: multiprocessing.context.SpawnContext,
+        metrics_dir: str,
+        state_socket: str | None,
+    ) -> None:
+        self.listen = listen
+        self.context = context
+        self.metrics_dir = metrics_dir
+        self.state_socket = state_socket
+        self.slots: list[_Slot] = []
+        self.stopping = False
+        self.told: set[int] = set()  # the workers sent SIGTERM
+
+    def start(self) -> multiprocessing.process.BaseProcess:
+        process = self.context.Process(
             target=_worker_main,
-            args=(listen, metrics_dir, os.getpid(), state_socket),
+            args=(self.listen, self.metrics_dir, os.getpid(), self.state_socket),
             daemon=False,
         )
         # The new process starts with SIGHUP blocked (the mask is inherited) until its handler
@@ -520,8 +587,8 @@ def _run_workers(
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         return process
 
-    def signal_workers(signum: int, skip: Container[int] = ()) -> None:
-        for slot in slots:
+    def signal(self, signum: int, skip: Container[int] = ()) -> None:
+        for slot in self.slots:
             process = slot.process
             if (
                 process is not None
@@ -531,59 +598,76 @@ def _run_workers(
             ):
                 os.kill(process.pid, signum)
                 if signum == signal.SIGTERM:
-                    told.add(process.pid)
+                    self.told.add(process.pid)
 
-    def on_stop(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        signal_workers(signal.SIGTERM)
+    def on_stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+        self.signal(signal.SIGTERM)
 
-    def on_reload(signum: int, frame: object) -> None:
-        signal_workers(signal.SIGHUP)
+    def on_reload(self, signum: int, frame: object) -> None:
+        self.signal(signal.SIGHUP)
 
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGHUP, on_reload)
-    slots.extend(_Slot(start_worker(), time.monotonic(), Restarts()) for _ in range(listen.workers))
-    while not stopping:
+    def tend(self, slot: _Slot, now: float) -> None:
+        """Start the slot's worker if its delay is over, or, if it died, again (or later)."""
+        process = slot.process
+        if process is None:  # waiting out its delay
+            if now >= slot.start_at:
+                slot.process, slot.started = self.start(), now
+            return
+        if process.is_alive():
+            return
+        lived = now - slot.started
+        delay = slot.restarts.after(lived)
+        log.warning(
+            "worker %s exited with %s; starting a new one%s",
+            process.pid,
+            process.exitcode,
+            f" in {delay:g} s (it ran {lived:.1f} s)" if delay else "",
+        )
+        # Its requests are no longer in flight; its counter files stay, so totals never go
+        # backwards.
+        if process.pid is not None:
+            mark_process_dead(process.pid, self.metrics_dir)  # type: ignore[no-untyped-call]
+        if delay:
+            slot.process, slot.start_at = None, now + delay
+        else:
+            slot.process, slot.started = self.start(), now
+
+    def join(self) -> int:
+        """Wait for every worker to exit; 1 if one exited other than by SIGTERM, else 0."""
+        status = 0
+        for slot in self.slots:
+            if slot.process is None:
+                continue
+            slot.process.join()
+            if slot.process.exitcode not in (0, -signal.SIGTERM):
+                status = 1
+        return status
+
+
+def _run_workers(
+    listen: Listen,
+    context: multiprocessing.context.SpawnContext,
+    metrics_dir: str,
+    state_socket: str | None = None,
+) -> int:
+    workers = _Workers(listen, context, metrics_dir, state_socket)
+    signal.signal(signal.SIGTERM, workers.on_stop)
+    signal.signal(signal.SIGINT, workers.on_stop)
+    signal.signal(signal.SIGHUP, workers.on_reload)
+    slots = workers.slots
+    slots.extend(
+        _Slot(workers.start(), time.monotonic(), Restarts()) for _ in range(listen.workers)
+    )
+    while not workers.stopping:
         time.sleep(0.2)
         for slot in slots:
-            if stopping:
+            if workers.stopping:
                 break
-            now = time.monotonic()
-            process = slot.process
-            if process is None:  # waiting out its delay
-                if now >= slot.start_at:
-                    slot.process, slot.started = start_worker(), now
-                continue
-            if process.is_alive():
-                continue
-            lived = now - slot.started
-            delay = slot.restarts.after(lived)
-            log.warning(
-                "worker %s exited with %s; starting a new one%s",
-                process.pid,
-                process.exitcode,
-                f" in {delay:g} s (it ran {lived:.1f} s)" if delay else "",
-            )
-            # Its requests are no longer in flight; its counter files stay, so totals never go
-            # backwards.
-            if process.pid is not None:
-                mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]
-            if delay:
-                slot.process, slot.start_at = None, now + delay
-            else:
-                slot.process, slot.started = start_worker(), now
+            workers.tend(slot, time.monotonic())
     # A SIGTERM that came while a worker was being started found its slot still holding the dead
     # one: the new worker was not told, and the join below would wait for it for good (seen in
     # tests/ops/test_outlet.py under load). Only those not told: a second SIGTERM could end a worker
     # in its last writes.
-    signal_workers(signal.SIGTERM, skip=told)
-    status = 0
-    for slot in slots:
-        if slot.process is None:
-            continue
-        slot.process.join()
-        if slot.process.exitcode not in (0, -signal.SIGTERM):
-            status = 1
-    return status
+    workers.signal(signal.SIGTERM, skip=workers.told)
+    return workers.join()

@@ -118,6 +118,35 @@ def test_serve_refuses_a_bad_config_before_listening(tmp_path: Path) -> None:
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("where", ["missing", "a file", "read-only"])
+def test_serve_with_workers_and_no_writable_tmpdir_says_what_to_do(
+    tmp_path: Path, where: str
+) -> None:
+    # As `docker run --read-only` without `--tmpfs /tmp`: the workers' run directory (their
+    # shared metrics files) cannot be made.
+    tmpdir = tmp_path / "tmp"
+    if where == "a file":
+        tmpdir.write_text("")
+    elif where == "read-only":
+        if os.geteuid() == 0:
+            pytest.skip("root writes in a read-only directory")
+        tmpdir.mkdir(mode=0o500)
+    path = tmp_path / "proxy.yaml"
+    path.write_text(
+        "providers: {p: {base_url: 'http://127.0.0.1:9'}}\nmodels: {m: {provider: p, model: m}}\n"
+        "teams: {t: {keys: ['sk-team-key-0001'], models: ['*']}}\n"
+    )
+    result = run_cli(
+        "serve", "--config", str(path), "--port", str(free_port()), "--workers", "2",
+        env={"TMPDIR": str(tmpdir)},
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "writable temporary directory" in result.stderr
+    assert str(tmpdir) in result.stderr
+    assert "TMPDIR" in result.stderr and "--tmpfs /tmp" in result.stderr
+
+
 @contextmanager
 def process(*args: str, ready: str) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(

@@ -4,11 +4,13 @@ The proxy keeps no responses, conversations or prompts: whatever needs one is re
 400 that says so (``refuse_stateful``), and ``store`` is accepted without effect. Clients that
 send the whole transcript every turn (Codex, the Agents SDK with ``store: false``) need
 nothing else. Fields that are not the Responses API's pass on to the chat request unchanged, as
-they would for a chat client (CANONICAL.md section 5).
+they would for a chat client (docs/canonical-output.md section 5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.core.errors import InvalidRequest
@@ -122,12 +124,7 @@ def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
     echoes; ``InvalidRequest`` (naming the parameter) for what is wrong or cannot be served."""
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object", code="invalid_json")
-    refuse_stateful(body)
-    for field, message in _UNSERVED.items():
-        if body.get(field) is not None:
-            raise unsupported(field, message)
-    _refuse_logprobs(body)
-
+    _refuse_unserved(body)
     model = params.text(body.get("model"), "model", required=True)
     if not model:
         raise wrong_type("model", "a non-empty string")
@@ -143,7 +140,43 @@ def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
     chat: dict[str, Any] = {k: v for k, v in body.items() if k not in _RESPONSES_FIELDS}
     chat["model"] = model
     chat["messages"] = messages
+    tools = _add_tools(chat, body)
+    settings = _settings(body)
+    if settings.response_format is not None:
+        chat["response_format"] = settings.response_format
+    chat.update(settings.chat_fields())
+    if params.flag(body.get("stream"), "stream"):
+        chat["stream"] = True
+        # The Response's usage needs the counts, whatever the client asked of its stream.
+        chat["stream_options"] = {"include_usage": True}
+    params.mapping(body.get("stream_options"), "stream_options")  # only include_obfuscation
+    params.mapping(body.get("prompt_cache_options"), "prompt_cache_options")  # a cache hint
+    # Accepted without effect (the proxy keeps no responses), as long as it is a boolean; the
+    # Response schema has no store property to show it in.
+    params.flag(body.get("store"), "store")
+    return chat, _echo(body, instructions, tools, settings)
 
+
+def _refuse_unserved(body: dict[str, Any]) -> None:
+    """Raise ``InvalidRequest`` for what the proxy cannot serve at all."""
+    refuse_stateful(body)
+    for field, message in _UNSERVED.items():
+        if body.get(field) is not None:
+            raise unsupported(field, message)
+    _refuse_logprobs(body)
+
+
+@dataclass(slots=True)
+class _Tools:
+    """The request's tools as its Response shows them."""
+
+    tools: tuple[dict[str, Any], ...]
+    choice: str | dict[str, Any]
+    parallel: bool | None
+
+
+def _add_tools(chat: dict[str, Any], body: dict[str, Any]) -> _Tools:
+    """Put the request's tools in ``chat``, in chat's shape; what the Response shows of them."""
     tools, echo_tools = chat_tools(body.get("tools"))
     choice, echo_choice = chat_tool_choice(body.get("tool_choice"))
     parallel = params.flag(body.get("parallel_tool_calls"), "parallel_tool_calls")
@@ -155,11 +188,47 @@ def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
             chat["tool_choice"] = choice
         if parallel is not None:
             chat["parallel_tool_calls"] = parallel
+    return _Tools(echo_tools, echo_choice, parallel)
 
+
+@dataclass(slots=True)
+class _Settings:
+    """The request's output and sampling settings, checked (None: not given)."""
+
+    text_format: dict[str, Any]  # as the Response shows it
+    response_format: dict[str, Any] | None  # chat's, None for plain text
+    verbosity: str | None
+    effort: str | None
+    summary: str | None
+    temperature: float | None
+    top_p: float | None
+    max_output: int | None
+    tier: str | None
+    user: str | None
+    safety: str | None
+    cache_key: str | None
+    retention: str | None
+
+    def chat_fields(self) -> Iterator[tuple[str, object]]:
+        """The chat request's fields for those given, by chat's names."""
+        upstream = {
+            "verbosity": self.verbosity,
+            "reasoning_effort": self.effort,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_completion_tokens": self.max_output,
+            "service_tier": self.tier,
+            "user": self.user,
+            "safety_identifier": self.safety,
+            "prompt_cache_key": self.cache_key,
+            "prompt_cache_retention": self.retention,
+        }
+        return ((key, value) for key, value in upstream.items() if value is not None)
+
+
+def _settings(body: dict[str, Any]) -> _Settings:
     text = params.mapping(body.get("text"), "text") or {}
     text_format, response_format = _format(text.get("format"))
-    if response_format is not None:
-        chat["response_format"] = response_format
     verbosity = params.choice(text.get("verbosity"), "text.verbosity", ("low", "medium", "high"))
     reasoning = params.mapping(body.get("reasoning"), "reasoning") or {}
     effort = params.choice(reasoning.get("effort"), "reasoning.effort", _EFFORTS)
@@ -168,62 +237,51 @@ def chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], Echo]:
         summary = params.choice(
             reasoning.get("generate_summary"), "reasoning.generate_summary", _SUMMARIES
         )
-    temperature = params.number(body.get("temperature"), "temperature", 0, 2)
-    top_p = params.number(body.get("top_p"), "top_p", 0, 1)
-    max_output = params.integer(body.get("max_output_tokens"), "max_output_tokens", 1)
-    tier = params.choice(body.get("service_tier"), "service_tier", _TIERS)
-    user = params.text(body.get("user"), "user")
-    safety = params.text(body.get("safety_identifier"), "safety_identifier")
-    cache_key = params.text(body.get("prompt_cache_key"), "prompt_cache_key")
-    retention = params.choice(
-        body.get("prompt_cache_retention"), "prompt_cache_retention", ("in_memory", "24h")
-    )
-    upstream = {
-        "verbosity": verbosity,
-        "reasoning_effort": effort,
-        "temperature": temperature,
-        "top_p": top_p,
-        "max_completion_tokens": max_output,
-        "service_tier": tier,
-        "user": user,
-        "safety_identifier": safety,
-        "prompt_cache_key": cache_key,
-        "prompt_cache_retention": retention,
-    }
-    chat.update((key, value) for key, value in upstream.items() if value is not None)
-    if params.flag(body.get("stream"), "stream"):
-        chat["stream"] = True
-        # The Response's usage needs the counts, whatever the client asked of its stream.
-        chat["stream_options"] = {"include_usage": True}
-    params.mapping(body.get("stream_options"), "stream_options")  # only include_obfuscation
-    params.mapping(body.get("prompt_cache_options"), "prompt_cache_options")  # a cache hint
-
-    # Accepted without effect (the proxy keeps no responses), as long as it is a boolean; the
-    # Response schema has no store property to show it in.
-    params.flag(body.get("store"), "store")
-    echo = Echo(
-        instructions=instructions,
-        tools=echo_tools,
-        tool_choice=echo_choice,
-        parallel_tool_calls=True if parallel is None else parallel,
+    return _Settings(
         text_format=text_format,
-        verbosity=verbosity or "medium",
-        reasoning_effort=effort,
-        reasoning_summary=summary,
-        temperature=1.0 if temperature is None else temperature,
-        top_p=1.0 if top_p is None else top_p,
-        max_output_tokens=max_output,
+        response_format=response_format,
+        verbosity=verbosity,
+        effort=effort,
+        summary=summary,
+        temperature=params.number(body.get("temperature"), "temperature", 0, 2),
+        top_p=params.number(body.get("top_p"), "top_p", 0, 1),
+        max_output=params.integer(body.get("max_output_tokens"), "max_output_tokens", 1),
+        tier=params.choice(body.get("service_tier"), "service_tier", _TIERS),
+        user=params.text(body.get("user"), "user"),
+        safety=params.text(body.get("safety_identifier"), "safety_identifier"),
+        cache_key=params.text(body.get("prompt_cache_key"), "prompt_cache_key"),
+        retention=params.choice(
+            body.get("prompt_cache_retention"), "prompt_cache_retention", ("in_memory", "24h")
+        ),
+    )
+
+
+def _echo(
+    body: dict[str, Any], instructions: str | None, tools: _Tools, settings: _Settings
+) -> Echo:
+    """The request's settings as its Response shows them, defaults filled in."""
+    return Echo(
+        instructions=instructions,
+        tools=tools.tools,
+        tool_choice=tools.choice,
+        parallel_tool_calls=True if tools.parallel is None else tools.parallel,
+        text_format=settings.text_format,
+        verbosity=settings.verbosity or "medium",
+        reasoning_effort=settings.effort,
+        reasoning_summary=settings.summary,
+        temperature=1.0 if settings.temperature is None else settings.temperature,
+        top_p=1.0 if settings.top_p is None else settings.top_p,
+        max_output_tokens=settings.max_output,
         max_tool_calls=params.integer(body.get("max_tool_calls"), "max_tool_calls", 0),
         metadata=_metadata(body.get("metadata")),
         truncation=params.choice(body.get("truncation"), "truncation", ("auto", "disabled"))
         or "disabled",
-        user=user,
-        safety_identifier=safety,
-        prompt_cache_key=cache_key,
-        prompt_cache_retention=retention,
-        service_tier=tier,
+        user=settings.user,
+        safety_identifier=settings.safety,
+        prompt_cache_key=settings.cache_key,
+        prompt_cache_retention=settings.retention,
+        service_tier=settings.tier,
     )
-    return chat, echo
 
 
 def _refuse_logprobs(body: dict[str, Any]) -> None:
