@@ -3,6 +3,9 @@
 #   docker build -t llm-proxy .
 #   docker run --rm -p 8080:8080 -p 9090:9090 --env-file keys.env llm-proxy
 #
+# With podman or buildah, build with `--format docker`: their default format (OCI) has no
+# HEALTHCHECK, and they drop it with a warning.
+#
 # The image runs `llm-proxy serve --config /etc/llm-proxy/proxy.yaml` as an unprivileged user.
 # The baked config is deploy/kubernetes/proxy.yaml (keys from the environment); mount a directory
 # of your own over /etc/llm-proxy to replace it. LLM_PROXY_WORKERS sets the worker processes.
@@ -23,8 +26,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 
 WORKDIR /src
-# A virtualenv without pip: the base image's pip installs into it, so the final image carries
-# the project and what it imports at run time, and no installer.
+# A virtualenv without pip: the base image's pip installs into it, so the virtualenv holds the
+# project and what it imports at run time, and no installer (the final stage drops the base's).
 RUN python -m venv --without-pip /opt/llm-proxy
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
@@ -38,9 +41,15 @@ RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile .
 FROM ${PYTHON_IMAGE}
 
 # A fixed numeric uid, so that Kubernetes' runAsNonRoot can check it and runAsUser can name it.
+# The base image's pip (and its pip -> pip3 link) goes: the image runs, it installs nothing. And
+# the base deletes its standard library's bytecode, which a read-only root (and an unprivileged
+# user) cannot cache: compiled once here, not by every process at each start.
 RUN groupadd --system --gid 10001 llm-proxy \
     && useradd --system --uid 10001 --gid llm-proxy --no-create-home \
-        --home-dir /nonexistent --shell /usr/sbin/nologin llm-proxy
+        --home-dir /nonexistent --shell /usr/sbin/nologin llm-proxy \
+    && python -m pip uninstall --yes --quiet --root-user-action=ignore pip \
+    && rm -f /usr/local/bin/pip \
+    && python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"
 
 COPY --from=build /opt/llm-proxy /opt/llm-proxy
 COPY deploy/kubernetes/proxy.yaml /etc/llm-proxy/proxy.yaml

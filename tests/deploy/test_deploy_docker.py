@@ -162,7 +162,10 @@ def test_two_stages_of_one_python_the_final_one_slim() -> None:
     assert [a for a in final.all("COPY") if a.startswith("--from")] == [
         "--from=build /opt/llm-proxy /opt/llm-proxy"
     ]
-    assert not any("pip" in run and "install" in run for run in final.all("RUN"))
+    assert not any(re.search(r"\bpip\b.*\binstall\b", run) for run in final.all("RUN"))
+    # and drops the base image's pip, so that the image installs nothing (test_deploy_image.py
+    # checks the image built)
+    assert any(re.search(r"-m pip uninstall [^&]* pip\b", run) for run in final.all("RUN"))
     # Only runtime dependencies in the virtualenv, which has no pip: the project, not editable,
     # without extras, its bytecode compiled.
     assert any("venv --without-pip /opt/llm-proxy" in run for run in build.all("RUN"))
