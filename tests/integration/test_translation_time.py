@@ -7,6 +7,9 @@ The bodies are many small items (what costs most per byte to read and to transla
 for the Responses API, reasoning and function calls in turn (its translation once joined
 the reasoning text again for every call). The upstream answers each at once, without reading
 what it got, so that the time is the proxy's.
+
+A wait is a measure of time, which other processes on the machine would make for them: the
+module runs only when pytest runs alone (not under xdist's workers), as .ci/run runs it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -30,6 +34,11 @@ import yaml
 from proxy.core.config import Server
 from tests.support.harness import SUPPORT_KEY, TEAM_KEY, LoopThread, free_port
 from tests.support.hostile import HostileUpstream
+
+pytestmark = pytest.mark.skipif(
+    int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1,
+    reason="times a request: run alone (pytest -n 0 tests/integration/test_translation_time.py)",
+)
 
 LIMIT = Server().max_body_bytes  # the default
 ROOT = Path(__file__).resolve().parents[2]
