@@ -6,7 +6,7 @@ import yaml
 from proxy.core.config import Config, key_digest, parse_config
 from proxy.core.errors import ConfigError
 from proxy.core.limits.admission import NO_LIMITS, Budget, Limits
-from proxy.core.limits.config import State
+from proxy.core.limits.config import SentinelConfig, State
 
 BASE = """
 providers: {p: {base_url: 'https://p.example/v1'}, q: {base_url: 'https://q.example/v1'}}
@@ -117,7 +117,10 @@ def test_limit_problems_have_their_paths(limits: str, expected: list[str]) -> No
         ),
         (
             "state: {on_failure: closed}",
-            ["state.on_failure: is only for state.redis (in-process counters cannot fail)"],
+            [
+                "state.on_failure: is only for state.redis or state.sentinel"
+                " (in-process counters cannot fail)"
+            ],
         ),
         ("state: {redis: 'redis://c', ttl: 5}", ["state.ttl: unknown key"]),
         ("admin: {keys: []}", ["admin.keys: must be a non-empty list"]),
@@ -131,6 +134,75 @@ def test_limit_problems_have_their_paths(limits: str, expected: list[str]) -> No
 )
 def test_state_and_admin_problems_have_their_paths(extra: str, expected: list[str]) -> None:
     assert problems(extra) == expected
+
+
+def test_sentinel_as_documented() -> None:
+    """docs/limits.md's example: the master's credentials are secrets, for redaction."""
+    config = parse(
+        "state:\n"
+        "  sentinel:\n"
+        "    hosts: ['sentinel-0:26379', 'sentinel-1:26379', '[::1]:26380']\n"
+        "    service: llm-proxy\n"
+        "    db: 2\n"
+        "    username: proxy-user\n"
+        "    password: ${PW}\n"
+        "    tls: true\n"
+        "  on_failure: closed\n"
+    )
+    sentinel = SentinelConfig(
+        (("sentinel-0", 26379), ("sentinel-1", 26379), ("::1", 26380)),
+        "llm-proxy", 2, "proxy-user", "redis-pass-1", True,
+    )  # fmt: skip
+    assert config.state == State(None, "closed", sentinel=sentinel)
+    assert config.state.shared == sentinel
+    # The password is redacted; a username is no secret.
+    assert "redis-pass-1" in config.secrets and "proxy-user" not in config.secrets
+    assert "redis-pass-1" not in repr(config.state)
+
+
+def test_an_acl_user_in_the_url_is_redacted_too() -> None:
+    config = parse("state: {redis: 'rediss://proxy-user:${PW}@cache:6380/0'}")
+    assert config.state.shared == "rediss://proxy-user:redis-pass-1@cache:6380/0"
+    # The password is redacted; a username is no secret.
+    assert "redis-pass-1" in config.secrets and "proxy-user" not in config.secrets
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        (
+            "{redis: 'redis://c:6379/0', sentinel: {hosts: ['s:26379'], service: m}}",
+            ["state.sentinel: state.redis and state.sentinel exclude each other"],
+        ),
+        ("{sentinel: {hosts: [], service: m}}", ["state.sentinel.hosts: must be a non-empty list"]),
+        (
+            "{sentinel: {hosts: ['s', 's:x', 's:70000'], service: m}}",
+            [f"state.sentinel.hosts[{i}]: must be host:port" for i in range(3)],
+        ),
+        ("{sentinel: {hosts: ['s:26379']}}", ["state.sentinel: required key 'service' is missing"]),
+        (
+            "{sentinel: {hosts: ['s:26379'], service: m, db: -1, tls: maybe, port: 1}}",
+            [
+                "state.sentinel.port: unknown key",
+                "state.sentinel.db: must be a database number (0 or more)",
+                "state.sentinel.tls: must be true or false",
+            ],
+        ),
+        ("{redis: 'redis://c/x'}",
+         ["state.redis: must end in a database number (redis://host:6379/0)"]),
+        ("{redis: 'redis://c/0?socket_timeout=9'}",
+         ["state.redis: has an unknown query parameter: socket_timeout"]),
+        ("{redis: 'redis://c/0?ssl_ca_certs=/ca.pem'}",  # TLS options are for rediss:// alone
+         ["state.redis: has an unknown query parameter: ssl_ca_certs"]),
+    ],
+)  # fmt: skip
+def test_sentinel_and_url_problems_have_their_paths(state: str, expected: list[str]) -> None:
+    assert problems(f"state: {state}") == expected
+
+
+def test_a_tls_url_may_name_its_certificate_authority() -> None:
+    url = "rediss://cache:6380/0?ssl_ca_certs=/etc/ca.pem"
+    assert parse(f"state: {{redis: '{url}'}}").state.redis == url
 
 
 def test_unix_socket_redis() -> None:

@@ -1,6 +1,5 @@
 """``Pipelined``: a connection whose calls are written at once and answered in order, on
-asyncio's Protocol: Redis's RESP2 (``proxy.http.limits.resp``) and the supervisor's store's orjson
-lines (``proxy.http.limits.stores``).
+asyncio's Protocol: the supervisor's store's orjson lines (``proxy.http.limits.stores``).
 
 The calls made in one turn of the loop go out in one write; each reply, parsed as it arrives in
 ``data_received``, resolves its call's future: no task is woken but the caller's. One watchdog

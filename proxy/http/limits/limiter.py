@@ -87,10 +87,10 @@ class Events(Protocol):
 
 
 def store_for(state: State, worker_socket: str | None) -> Store:
-    """Redis when configured; else the supervisor's store when there are several workers;
-    else this process's."""
-    if state.redis is not None:
-        return RedisStore(state.redis, state.timeout)
+    """Redis when configured (a URL, or Sentinel); else the supervisor's store when there are
+    several workers; else this process's."""
+    if state.shared is not None:
+        return RedisStore(state.shared, state.timeout)
     if worker_socket is not None:
         return WorkerStore(worker_socket, state.timeout)
     return LocalStore()

@@ -1,12 +1,14 @@
 """``RedisStore``: team limits and the ledger in Redis, shared by every replica (docs/limits.md).
 
-The scripts of ``proxy.core.limits.scripts`` by EVALSHA, over one pipelined connection of our
-own (``proxy.http.limits.resp``). A request's reservation waits for the turn of the loop to end,
-and goes out with the others of its team made in that turn, in one RESERVE call.
+The scripts of ``proxy.core.limits.scripts`` by EVALSHA, through the ``redis`` package's asyncio
+client (``proxy.http.limits.redis_client``): a server named by URL, or the master that Sentinel
+names, found again after a failover. A request's reservation waits for the turn of the loop to
+end, and goes out with the others made in that turn: one pipeline, one RESERVE call per team.
 
-An error reply is the store's failure only when it says the server serves nobody now
-(``_DOWN``: loading, busy, out of memory, a replica, ...); any other is the call's, from what
-its team's keys hold (``StoreDataError``): the other teams are not affected.
+The client's exceptions become the store's in ``RedisClient``. An error reply is the store's
+failure only when it says the server serves nobody now (``down``: loading, busy, out of memory,
+a replica, ...); any other is the call's, from what its team's keys hold (``StoreDataError``):
+the other teams are not affected.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Coroutine, Sequence
-from functools import partial
-from typing import Final
+
+from redis.exceptions import NoScriptError, ResponseError
 
 from proxy.core.limits.admission import Decision, Reservation, release
+from proxy.core.limits.config import SentinelConfig
 from proxy.core.limits.memory import Snapshot
 from proxy.core.limits.scripts import (
     RESERVE,
@@ -32,37 +35,18 @@ from proxy.core.limits.scripts import (
     reserve_tail,
 )
 from proxy.core.limits.tally import Tally
-from proxy.http.limits.channel import Pipelined
-from proxy.http.limits.resp import (
-    Arg,
-    Reply,
-    ReplyError,
-    RespConnection,
-    address,
-    pack,
-    pack_args,
-    pack_texts,
-)
+from proxy.http.limits.redis_client import Command, RedisClient, down
 from proxy.http.limits.stores import (
-    Connected,
     Settle,
     Shape,
     StoreDataError,
     StoreUnavailable,
     same_shape,
     shape,
-    unavailable,
 )
 
 # A waiter's part of a RESERVE reply: its run's integers (``limits_lua``).
 Waiters = list["asyncio.Future[list[int]]"]
-
-# The error replies of a server that serves nobody now (Redis's own prefixes): whatever the
-# call, it was not run, and may be sent again once the server answers.
-_DOWN: Final = frozenset(
-    {"ASK", "BUSY", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "MISCONF", "MOVED", "NOAUTH",
-     "NOPERM", "NOREPLICAS", "NOSCRIPT", "OOM", "READONLY", "TRYAGAIN", "WRONGPASS"}
-)  # fmt: skip
 
 
 class _Batch:
@@ -70,11 +54,10 @@ class _Batch:
     request's own reservation, or a pool's fill): one RESERVE call, and a future for each
     run, waiting for its part of the reply."""
 
-    __slots__ = ("head", "runs", "size", "waiters")
+    __slots__ = ("head", "runs", "waiters")
 
-    def __init__(self, head: bytes, size: int) -> None:
-        self.head = head  # EVALSHA, its KEYS and the window's ARGV, packed: ``size`` of them
-        self.size = size
+    def __init__(self, head: Command) -> None:
+        self.head = head  # EVALSHA, its KEYS and the window's ARGV
         self.waiters: Waiters = []
         self.runs: list[Run] = []
 
@@ -87,40 +70,39 @@ class _Batch:
         part, held = None, 0
         for waiter, run in zip(self.waiters, self.runs, strict=True):
             if part is None or held + len(run) > RESERVE_BATCH:
-                part, held = _Batch(self.head, self.size), 0
+                part, held = _Batch(self.head), 0
                 parts.append(part)
             part.waiters.append(waiter)
             part.runs.append(run)
             held += len(run)
         return parts
 
-    def command(self, now: float) -> bytes:
-        tail = reserve_tail(self.runs, now)
-        return b"*%d\r\n" % (self.size + len(tail)) + self.head + pack_texts(tail)
+    def command(self, now: float) -> Command:
+        return (*self.head, *reserve_tail(self.runs, now))
 
 
-class RedisStore(Connected[Reply]):
-    """Redis, over one pipelined connection (``proxy.http.limits.resp``): the scripts by EVALSHA,
-    loaded again when a restarted server has lost them (NOSCRIPT). Nothing is retried
-    otherwise: the limiter's failure policy decides, within ``timeout``.
+class RedisStore:
+    """Redis (a URL, or Sentinel's master): the scripts by EVALSHA, loaded again when a
+    restarted server has lost them (NOSCRIPT). Nothing is retried otherwise: the limiter's
+    failure policy decides, within ``timeout``.
 
     The reservations made in one turn of the loop go out together, one RESERVE call per team
-    that admits them in turn, as calls of their own would: written when the turn is over, as
-    one of their own would be, and one script for Redis to run, not one a request."""
+    that admits them in turn, as calls of their own would: one pipeline once the turn is over,
+    and one script for Redis to run, not one a request."""
 
     kind = "redis"
     name = "Redis"
     prefetch = True
 
-    def __init__(self, url: str, timeout: float) -> None:
-        super().__init__(timeout)
-        self._address = address(url)
+    def __init__(self, where: str | SentinelConfig, timeout: float) -> None:
+        self.timeout = timeout
+        self._client = RedisClient(where, timeout)
         self._sha = {
             script: hashlib.sha1(script.encode()).hexdigest() for script in (RESERVE, SETTLE)
         }
-        # Per team, RESERVE packed up to the batch's own ARGV, what it holds, and its length.
-        self._reserve: dict[str, tuple[Shape, bytes, int]] = {}
-        self._batches: dict[bytes, _Batch] = {}  # by their head: this turn's, not yet sent
+        # Per team, RESERVE up to the batch's own ARGV, and what it holds.
+        self._reserve: dict[str, tuple[Shape, Command]] = {}
+        self._batches: dict[Command, _Batch] = {}  # by their head: this turn's, not yet sent
         self._later: set[asyncio.Task[None]] = set()
 
     async def reserve(self, reservation: Reservation, now: float) -> Decision:
@@ -147,69 +129,47 @@ class RedisStore(Connected[Reply]):
         first = run[0]
         kept = self._reserve.get(first.team)
         if kept is None or not same_shape(kept[0], first):
-            kept = self._reserve[first.team] = (shape(first), *self._reserve_head(first))
+            keys, static = reserve_static(first)
+            head: Command = ("EVALSHA", self._sha[RESERVE], len(keys), *keys, *static)
+            kept = self._reserve[first.team] = (shape(first), head)
         batches = self._batches
         batch = batches.get(kept[1])
         loop = asyncio.get_running_loop()
         if batch is None:
             if not batches:
                 loop.call_soon(self._send_reservations)
-            batch = batches[kept[1]] = _Batch(kept[1], kept[2])
+            batch = batches[kept[1]] = _Batch(kept[1])
         waiter: asyncio.Future[list[int]] = loop.create_future()
         batch.waiters.append(waiter)
         batch.runs.append(run)
         return waiter
 
-    def _reserve_head(self, reservation: Reservation) -> tuple[bytes, int]:
-        keys, static = reserve_static(reservation)
-        head: list[Arg] = ["EVALSHA", self._sha[RESERVE], len(keys), *keys, *static]
-        return pack_args(head), len(head)
-
     def _send_reservations(self) -> None:
         """This turn's reservations: a call per team, of at most ``RESERVE_BATCH``."""
         batches, self._batches = self._batches, {}
-        now = time.time()
-        connection = self._connection
-        for whole in batches.values():
-            for batch in whole.parts():
-                command = batch.command(now)
-                if connection is not None and not connection.closed:
-                    connection.send_then(command, 1, partial(self._reserved, command, batch))
-                else:
-                    self._resend_later(command, batch, None)
+        self._later_task(self._reserve_all([p for b in batches.values() for p in b.parts()]))
 
-    def _reserved(self, command: bytes, batch: _Batch, outcome: list[Reply] | Exception) -> None:
-        if isinstance(outcome, Exception):
-            self._drop()
-            _fail(batch.waiters, unavailable(self.name, outcome, sent=True))
-            return
-        (reply,) = outcome
-        if isinstance(reply, ReplyError):
-            self._resend_later(command, batch, reply)
-        else:
-            self._answer(batch, reply)
-
-    def _resend_later(self, command: bytes, batch: _Batch, error: ReplyError | None) -> None:
-        """A batch that needs a coroutine: to connect first, or to load the script again."""
-        self._later_task(self._resend(command, batch, error))
-
-    async def _resend(self, command: bytes, batch: _Batch, error: ReplyError | None) -> None:
+    async def _reserve_all(self, batches: list[_Batch]) -> None:
         try:
-            reply: Reply = error
-            if error is None:
-                (reply,) = await self._send(command, 1)
-            if isinstance(reply, ReplyError):
-                (reply,) = await self._reloaded(RESERVE, command, reply, _teams(batch))
+            now = time.time()
+            replies = await self._scripts(RESERVE, [batch.command(now) for batch in batches])
         except StoreUnavailable as exc:
-            _fail(batch.waiters, exc)
+            for batch in batches:
+                _fail(batch.waiters, exc)
+            return
         except BaseException:
             # Cancelled, the store closing: no request waits for ever.
-            _fail(batch.waiters, StoreUnavailable(f"{self.name}: closed", sent=True))
+            for batch in batches:
+                _fail(batch.waiters, StoreUnavailable(f"{self.name}: closed", sent=True))
             raise
-        else:
-            self._answer(batch, reply)
+        for batch, reply in zip(batches, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                # A script that failed midway is not undone: not sent again.
+                _fail(batch.waiters, refusal(reply, _teams(batch)))
+            else:
+                self._answer(batch, reply)
 
-    def _answer(self, batch: _Batch, reply: Reply) -> None:
+    def _answer(self, batch: _Batch, reply: object) -> None:
         """Each waiting run's part of RESERVE's reply, a string of integers (``limits_lua``).
         One whose waiter was cancelled meanwhile (its client left) gives back all that was
         admitted, its requests too (``limits.release``): nobody else will settle them, and
@@ -249,10 +209,12 @@ class RedisStore(Connected[Reply]):
             await asyncio.wait(list(self._later), timeout=self.timeout)
         for task in list(self._later):
             task.cancel()
+        if self._later:
+            await asyncio.wait(list(self._later))
         batches, self._batches = self._batches, {}
         for batch in batches.values():
             _fail(batch.waiters, StoreUnavailable(f"{self.name}: closed"))
-        await super().close()
+        await self._client.close()
 
     def _later_task(self, coroutine: Coroutine[None, None, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -263,13 +225,17 @@ class RedisStore(Connected[Reply]):
         """Each team's SETTLE. A server down for every call: ``StoreUnavailable`` (a marked
         tally may be sent again whole: what was applied is not applied twice). A team's call
         refused, or keys of its left alone: ``StoreDataError``, once the others are applied."""
-        replies = await self._scripts(SETTLE, tally.calls(time.time()))
+        sha = self._sha[SETTLE]
+        calls = tally.calls(time.time())
+        replies = await self._scripts(
+            SETTLE, [("EVALSHA", sha, len(keys), *keys, *args) for keys, args in calls]
+        )
         for reply in replies:
-            if isinstance(reply, ReplyError) and _down(reply):
+            if isinstance(reply, ResponseError) and down(reply):
                 raise StoreUnavailable(f"Redis: {reply}", sent=True)
         said, teams, dropped = [], [], 0
         for (team, count), reply in zip(tally.teams(), replies, strict=True):
-            if isinstance(reply, ReplyError):
+            if isinstance(reply, ResponseError):
                 said.append(f"{team}'s settlements: {reply}")
                 teams.append(team)
                 dropped += count
@@ -283,10 +249,10 @@ class RedisStore(Connected[Reply]):
     async def read(
         self, counters: Sequence[str], leases: Sequence[str], hashes: Sequence[str], now: float
     ) -> Snapshot:
-        commands: list[list[Arg]] = [["GET", key] for key in counters]
-        commands += [["ZCOUNT", key, f"({now!r}", "+inf"] for key in leases]
-        commands += [["HGETALL", key] for key in hashes]
-        replies = _checked(await self._call(commands))
+        commands: list[Command] = [("GET", key) for key in counters]
+        commands += [("ZCOUNT", key, f"({now!r}", "+inf") for key in leases]
+        commands += [("HGETALL", key) for key in hashes]
+        replies = _checked(await self._client.pipeline(commands))
         values = replies[: len(counters)]
         in_flight = replies[len(counters) : len(counters) + len(leases)]
         found = replies[len(counters) + len(leases) :]
@@ -299,44 +265,20 @@ class RedisStore(Connected[Reply]):
             tuple(_pairs(h, k) for k, h in zip(hashes, found, strict=True)),
         )
 
-    async def _reloaded(
-        self, script: str, command: bytes, error: ReplyError, teams: tuple[str, ...]
-    ) -> list[Reply]:
-        """The replies to an EVALSHA that was answered ``error``: sent again once the script
-        is loaded, if the server had lost it (NOSCRIPT); else ``StoreUnavailable``."""
-        if error.kind != "NOSCRIPT":
-            # A script that failed midway is not undone: not sent again.
-            raise refusal(error, teams)
-        _checked(await self._call([["SCRIPT", "LOAD", script]]))
-        return _checked(await self._send(command, 1), teams)
-
-    async def _scripts(
-        self, script: str, calls: Sequence[tuple[list[str], list[str]]]
-    ) -> list[Reply]:
-        sha = self._sha[script]
-        # Every KEYS and ARGV is a string: packed at one encoding a call (pack_texts).
-        commands = [
-            b"*%d\r\n" % (3 + len(k) + len(a)) + pack_args(["EVALSHA", sha, len(k)])
-            + pack_texts([*k, *a])
-            for k, a in calls
-        ]  # fmt: skip
-        replies = await self._send(b"".join(commands), len(commands))
-        again = [
-            i for i, r in enumerate(replies) if isinstance(r, ReplyError) and r.kind == "NOSCRIPT"
-        ]
+    async def _scripts(self, script: str, commands: list[Command]) -> list[object]:
+        """The replies to EVALSHA ``commands``: those the server refused for not having the
+        script (a restart emptied it) sent once more, after the script."""
+        replies = await self._client.pipeline(commands)
+        again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if again:
-            # A server restarted empty: load the script, and send what it refused once more.
-            _checked(await self._call([["SCRIPT", "LOAD", script]]))
-            resent = await self._send(b"".join([commands[i] for i in again]), len(again))
+            loaded, *resent = await self._client.pipeline(
+                [("SCRIPT", "LOAD", script), *[commands[i] for i in again]]
+            )
+            if isinstance(loaded, ResponseError):
+                raise refusal(loaded)
             for i, reply in zip(again, resent, strict=True):
                 replies[i] = reply
         return replies
-
-    async def _call(self, commands: Sequence[Sequence[Arg]]) -> list[Reply]:
-        return await self._send(b"".join([pack(command) for command in commands]), len(commands))
-
-    async def _open(self) -> Pipelined[Reply]:
-        return await RespConnection.open(self._address, self.timeout)
 
 
 def _fail(waiters: Waiters, failure: StoreUnavailable) -> None:
@@ -353,28 +295,23 @@ def _teams(batch: _Batch) -> tuple[str, ...]:
     return (batch.runs[0][0].team,) if batch.runs else ()
 
 
-def _down(error: ReplyError) -> bool:
-    # Not a prefix of its own: the server took no more connections, and closes this one.
-    return error.kind in _DOWN or str(error).startswith("ERR max number of clients")
-
-
-def refusal(error: ReplyError, teams: tuple[str, ...] = ()) -> StoreUnavailable:
+def refusal(error: ResponseError, teams: tuple[str, ...] = ()) -> StoreUnavailable:
     """An error reply as the store's failure, or as its call's (``StoreDataError``)."""
-    if _down(error):
+    if down(error):
         return StoreUnavailable(f"Redis: {error}", sent=True)
     return StoreDataError(f"Redis: {error}", teams)
 
 
-def _checked(replies: list[Reply], teams: tuple[str, ...] = ()) -> list[Reply]:
+def _checked(replies: list[object], teams: tuple[str, ...] = ()) -> list[object]:
     for reply in replies:
-        if isinstance(reply, ReplyError):
+        if isinstance(reply, ResponseError):
             # Answered: the other calls sent with it were applied, and a script that failed
             # midway is not undone. Sent again, they would count twice.
             raise refusal(reply, teams)
     return replies
 
 
-def _integer(reply: Reply, key: str) -> int:
+def _integer(reply: object, key: str) -> int:
     # What a key holds that the scripts did not write: this key's trouble (its team's), not
     # the store's failure, nor a traceback.
     if isinstance(reply, int):
@@ -387,16 +324,16 @@ def _integer(reply: Reply, key: str) -> int:
     raise StoreDataError(f"Redis holds {_shown(reply)} at {key}, not an integer", ())
 
 
-def _pairs(reply: Reply, key: str) -> dict[str, int]:
-    """HGETALL's flat list of field, value, field, value, ... as a dict."""
-    if not isinstance(reply, list) or len(reply) % 2:
+def _pairs(reply: object, key: str) -> dict[str, int]:
+    """HGETALL's fields (the client reads them as a dict) and their integers."""
+    if not isinstance(reply, dict):
         return {}
     return {
         k.decode(errors="replace") if isinstance(k, bytes) else str(k): _integer(v, key)
-        for k, v in zip(reply[::2], reply[1::2], strict=True)
+        for k, v in reply.items()
     }
 
 
-def _shown(reply: Reply) -> str:
+def _shown(reply: object) -> str:
     text = repr(reply)
     return text if len(text) <= 40 else f"{text[:37]}..."

@@ -3,7 +3,8 @@
 ``proxy.http.limits.redis_store``).
 
 Each runs ``proxy.core.limits.scripts``'s calls: the local store on ``MemoryStore`` itself, the
-supervisor's over a Unix socket (``proxy.ops.limits.state_service``), Redis as scripts. A store that
+supervisor's over a Unix socket (``proxy.ops.limits.state_service``), Redis as scripts (through
+the ``redis`` package: ``proxy.http.limits.redis_client``). A store that
 cannot answer raises ``StoreUnavailable``; ``proxy.http.limits.limiter`` decides what that means.
 """
 
@@ -28,7 +29,6 @@ from proxy.core.limits.scripts import (
 )
 from proxy.core.limits.tally import Tally
 from proxy.http.limits.channel import Incomplete, Pipelined
-from proxy.http.limits.resp import ReplyError
 
 # How often the local store drops expired keys (reads ignore them meanwhile).
 PURGE_EVERY: Final = 60.0
@@ -125,9 +125,9 @@ class LocalStore:
 
 
 class Connected(Generic[R]):
-    """What the shared stores have in common: one pipelined connection, made when a call
+    """A store on one pipelined connection of its own (the supervisor's), made when a call
     needs it (within the timeout) and dropped on any failure, for the next call to make again.
-    ``name`` begins their errors."""
+    ``name`` begins its errors."""
 
     name = "the store"
 
@@ -154,7 +154,7 @@ class Connected(Generic[R]):
             replies = connection.send(data, count)
             sent = True
             return await replies
-        except (TimeoutError, ConnectionError, OSError, ReplyError) as exc:
+        except (TimeoutError, ConnectionError, OSError) as exc:
             # A store that does not answer: its replies, if they ever come, are not read (a
             # late one would be taken for the next call's).
             self._drop()
