@@ -63,6 +63,8 @@ RETRY_SECONDS: Final = 1.0
 # is down: beyond it, the oldest tally is dropped whole, and said so.
 BATCH: Final = 256
 QUEUE_MAX: Final = 100_000
+# How long the first settlement after a quiet spell waits for others to go in its call.
+SETTLE_LINGER: Final = 0.02
 # How often the remaining allowances are read for the gauges.
 GAUGE_SECONDS: Final = 15.0
 # A team's keys that hold what they should not are logged at most this often (each call is
@@ -343,6 +345,10 @@ class Limiter:
             if not self._queue:
                 self._idle = asyncio.get_running_loop().create_future()
                 await self._idle
+                if self._queue and self._queue[0].count < BATCH:
+                    # A request ended alone: those that end in the next moment go in the same
+                    # call, not one call each (what a store call costs, at one request a time).
+                    await asyncio.sleep(SETTLE_LINGER)
             while self._queue:
                 if not self._usable():
                     await asyncio.sleep(max(0.0, self._retry_at - time.monotonic()))
