@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from proxy.core.cache.config import CacheConfig, parse_cache
 from proxy.core.errors import ConfigError
 from proxy.core.limits.admission import NO_LIMITS, Limits
 from proxy.core.limits.config import (
@@ -127,6 +128,7 @@ class Team:
     key_digests: tuple[bytes, ...]
     models: tuple[str, ...]
     limits: Limits = NO_LIMITS
+    cache: bool = True  # False: the team's answers are never cached nor served from the cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +210,7 @@ class Config:
     # Where team limits are counted (docs/limits.md), and the keys of the admin endpoints.
     state: State = field(default_factory=State)
     admin_digests: tuple[bytes, ...] = field(default=(), repr=False)
+    cache: CacheConfig | None = None  # None: no response cache (docs/cache.md)
 
 
 def key_digest(key: str) -> bytes:
@@ -260,6 +263,7 @@ def parse_config(
         ck, root.get("admin"), lambda node, path: _keys(ck, node, path, seen_keys, secrets)
     )
     state, state_secrets = parse_state(ck, root.get("state"))
+    cache = parse_cache(ck, root.get("cache"), state.shared is not None)
     secrets += state_secrets
     for provider in providers.values():
         secrets += _provider_secrets(ck, provider)
@@ -286,6 +290,7 @@ def parse_config(
         MappingProxyType(prices),
         state,
         admin_digests,
+        cache,
     )
 
 
@@ -368,6 +373,7 @@ _TOP_KEYS = frozenset(
         "prices_file",
         "state",
         "admin",
+        "cache",
     }
 )
 _SERVER_KEYS = frozenset(f.name for f in fields(Server))
@@ -376,7 +382,7 @@ _TIMEOUT_KEYS = frozenset(f.name for f in fields(Timeouts))
 _PROVIDER_KEYS = frozenset(f.name for f in fields(Provider)) - {"name"}
 _DEPLOYMENT_KEYS = frozenset(f.name for f in fields(Deployment))
 _MODEL_KEYS = frozenset({"deployments", "reasoning", "max_tokens", "thinking_budgets"})
-_TEAM_KEYS = frozenset({"keys", "models", "limits"})
+_TEAM_KEYS = frozenset({"keys", "models", "limits", "cache"})
 _ROUTING_KEYS = frozenset({"attempts", "backoff", "circuit"})
 _BACKOFF_KEYS = frozenset({"base", "max", "retry_after_max"})
 _CIRCUIT_KEYS = frozenset({"failures", "cooldown", "window", "failure_rate", "min_requests"})
@@ -584,7 +590,8 @@ def _parse_team(
     digests = _keys(ck, node, path, seen, secrets)
     models = tuple(glob for _, glob in ck.items(node, "models", path, text))
     limits = parse_limits(ck, node.get("limits"), join_path(path, "limits"))
-    return Team(name, digests, models, limits)
+    cache = ck.optional(node, "cache", path, boolean, True)
+    return Team(name, digests, models, limits, cache)
 
 
 def _keys(

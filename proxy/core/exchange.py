@@ -46,8 +46,10 @@ class Exchange:
     first_token_at: float | None = None  # when the first content byte was sent
     ended: float = 0.0
     client_disconnected: bool = False
-    # Headers every answer to it carries, once it has been admitted (x-ratelimit-*).
+    # Headers every answer to it carries, once it has been admitted (x-ratelimit-*, X-Cache).
     headers: dict[str, str] | None = None
+    cache: str | None = None  # "hit", "miss" or "bypass" for a cached model's (docs/cache.md)
+    saved: Usage | None = None  # a hit's: the stored answer's usage, which it did not spend
 
     def __post_init__(self) -> None:
         self.path = self.path[:PATH_MAX]

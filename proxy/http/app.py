@@ -36,6 +36,8 @@ from proxy.core.errors import (
 from proxy.core.exchange import Exchange
 from proxy.http.admin import handle_admin
 from proxy.http.batch import REPORT_DELAY, Batch
+from proxy.http.cache.service import ResponseCache
+from proxy.http.cache.stores import store_for as cache_store
 from proxy.http.completion import handle_completion
 from proxy.http.deadline import Deadlines
 from proxy.http.limits.limiter import Limiter, Shown, store_for
@@ -204,6 +206,10 @@ class Gateway:
         limiter = Limiter(store_for(settings, self._worker_socket), settings, _Events(self.state))
         limiter.start(lambda: self.state.runtime.config.teams.values())
         self.state.limiter = limiter
+        # Likewise the cache's store: its backend is the one the gateway starts with.
+        cache = self.state.runtime.config.cache
+        if cache is not None:
+            self.state.cache = ResponseCache(cache_store(cache, settings.shared))
         self.state.ready = True
 
     async def close(self) -> None:
@@ -224,6 +230,9 @@ class Gateway:
             # Every request has ended (drained): their settlements are all queued.
             limiter, self.state.limiter = self.state.limiter, None
             await limiter.close()
+        if self.state.cache is not None:
+            cache, self.state.cache = self.state.cache, None
+            await cache.close()
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request: an API request (under /v1/ or not), else a probe or /metrics."""

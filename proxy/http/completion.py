@@ -19,6 +19,7 @@ from typing import Final
 from aiohttp import HttpVersion11, web
 
 from proxy.core.balancer import AttemptPlan
+from proxy.core.cache.entry import Entry
 from proxy.core.config import Deployment, Model, Provider, Team
 from proxy.core.errors import (
     BodyTooLarge,
@@ -33,6 +34,7 @@ from proxy.core.errors import (
 from proxy.core.exchange import Exchange
 from proxy.core.limits.admission import Reservation, prompt_estimate
 from proxy.core.request import ClientRequest, Endpoint, parse_request, upstream_body
+from proxy.http.cache.service import Caching, answer_hit
 from proxy.http.deadline import Deadline
 from proxy.http.limits.limiter import Limiter
 from proxy.http.pool import Slots
@@ -49,6 +51,7 @@ from proxy.http.state import Runtime, State
 from proxy.http.upstream import Destination, Target
 from proxy.normalize import API_FAMILIES, ApiFamily, RequestContext
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
+from proxy.normalize.keep import Kept
 from proxy.normalize.present import Presenter
 from proxy.normalize.responses.call import (
     ResponsesCall,
@@ -196,6 +199,19 @@ async def handle_completion(
     model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name
 
+    caching: Caching | None = None
+    cache = state.cache
+    if cache is not None:
+        cache_control = request.headers.get("Cache-Control")
+        caching = cache.consider(
+            config, team, model, client_request, responses, cache_control, exchange
+        )
+        # Before limits (docs/cache.md): a hit spends no tokens, so a spent budget serves it.
+        entry = None if caching is None else await cache.look_up(caching, exchange)
+        if entry is not None:
+            return await _hit(request, state, runtime, team, model, client_request, responses,
+                              exchange, entry)  # fmt: skip
+
     assert state.deadlines is not None  # from the gateway's start to its close
     loop = state.deadlines.loop  # not asyncio.get_running_loop() (see Deadlines.loop)
     limiter = state.limiter
@@ -224,6 +240,7 @@ async def handle_completion(
                     deployment,
                     client_request,
                     responses,
+                    None if caching is None else caching.kept,
                 )
             except _Unservable as unservable:
                 # This deployment's API cannot say what the request asks; another's may.
@@ -257,6 +274,8 @@ async def handle_completion(
                 if exchange.headers:
                     response.headers.update(exchange.headers)
                 await send_large(request, response, exchange, provider.timeouts.idle)
+            if caching is not None and cache is not None:
+                cache.keep(config, caching, exchange)
             return response
         if last_error is not None:
             raise last_error
@@ -266,6 +285,41 @@ async def handle_completion(
         )
     finally:
         # Whatever the outcome, a client that left included: what it spent is settled.
+        if limiter is not None:
+            limiter.finish(exchange, reservation)
+
+
+async def _hit(
+    request: web.BaseRequest,
+    state: State,
+    runtime: Runtime,
+    team: Team,
+    model: Model,
+    client_request: ClientRequest,
+    responses: ResponsesCall | None,
+    exchange: Exchange,
+    entry: Entry,
+) -> web.StreamResponse:
+    """A request answered from the cache: admitted by requests per minute and concurrency
+    alone, since it spends no tokens (docs/cache.md)."""
+    limiter = state.limiter
+    reservation = None
+    if limiter is not None and team.limits.checked:
+        plan = runtime.plans[model.name]
+        reservation = await limiter.admit(
+            team, exchange, prompt_tokens=0, max_tokens=0, price=None,
+            lease_seconds=plan.lease_seconds, spends=False,
+        )  # fmt: skip
+    try:
+        response = await answer_hit(
+            request, entry, exchange, client_request, responses, state.observers, runtime.config
+        )
+        if isinstance(response, JsonReply) and len(response.raw) > SENT_AT_ONCE:
+            response.headers["X-Request-Id"] = exchange.request_id
+            response.headers.update(exchange.headers or {})
+            await send_large(request, response, exchange, runtime.config.server.read_timeout)
+        return response
+    finally:
         if limiter is not None:
             limiter.finish(exchange, reservation)
 
@@ -352,6 +406,7 @@ async def _attempt(
     deployment: Deployment,
     client_request: ClientRequest,
     responses: ResponsesCall | None,
+    kept: Kept | None,
 ) -> web.StreamResponse:
     """One try at one deployment: send, wait for the answer's headers, relay it.
 
@@ -362,6 +417,8 @@ async def _attempt(
     target = runtime.targets[provider.name]
     destination = _destination(target, endpoint, model, deployment, responses)
     ctx = _request_context(runtime, model, provider, client_request, endpoint)
+    if kept is not None:
+        kept.body = None  # an earlier attempt's answer, if any, was not this one
     family, presenter = _presentation(provider, client_request, responses, passthrough, ctx)
     made = (model, provider, deployment, client_request, responses, passthrough)
     if client_request.size > READ_APART:
@@ -394,14 +451,14 @@ async def _attempt(
         finally:
             exchange.upstream_wait += perf_counter() - waited
         if not client_request.stream:
-            whole = whole_arrived(response, family, ctx, exchange, limit, presenter)
+            whole = whole_arrived(response, family, ctx, exchange, limit, presenter, kept)
             if whole is not None:
                 return whole
         assert state.relays is not None
         collected = min(runtime.config.server.max_collected_bytes, limit)
         answer = Answer(
             response, family, ctx, timeouts, deadline, timer, state.relays, presenter, limit,
-            collected, state.collecting,
+            collected, state.collecting, kept,
         )  # fmt: skip
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id, **(exchange.headers or {})}

@@ -48,9 +48,10 @@ from proxy.http.upstream import (
     read_whole,
     upstream_error_for,
 )
-from proxy.normalize import ApiFamily, RequestContext
+from proxy.normalize import ApiFamily, RequestContext, StreamNormalizer
 from proxy.normalize.convert import Collector, frames_from_response
 from proxy.normalize.dialects import DIALECTS
+from proxy.normalize.keep import Kept
 from proxy.normalize.present import EventStream, Presenter
 
 T = TypeVar("T")
@@ -86,6 +87,8 @@ class Answer:
     # what the worker's collected answers hold at once, bounded by ``limit`` together.
     collected: int
     collecting: Collecting
+    # Where the canonical whole answer is kept for the response cache; None: not cached.
+    kept: Kept | None = None
 
     def decoder(self, *, stream: bool) -> Decoder | None:
         """The decoder of this answer's events; None when it is one whole JSON body.
@@ -102,6 +105,7 @@ def whole_arrived(
     exchange: Exchange,
     limit: int,
     presenter: Presenter | None = None,
+    kept: Kept | None = None,
 ) -> JsonReply | None:
     """A non-streamed answer that came whole with its headers (the usual small one), normalized
     into the client's response without a coroutine; None for any other (``relay_whole``)."""
@@ -112,7 +116,7 @@ def whole_arrived(
         return None
     # Nothing to wait for or to bound; the connection went back to the pool at the body's end.
     response.close()
-    return _normalized(raw, family, ctx, exchange, presenter)
+    return _normalized(raw, family, ctx, exchange, presenter, kept)
 
 
 async def relay_whole(answer: Answer, exchange: Exchange, *, present: bool = True) -> JsonReply:
@@ -128,7 +132,7 @@ async def relay_whole(answer: Answer, exchange: Exchange, *, present: bool = Tru
             raise UpstreamProtocolError("The upstream streamed an answer asked for whole")
         return await _stream_as_whole(answer, exchange, decoder, presenter)
     raw = await _read_within_total(answer, exchange, read_whole(answer.response, answer.limit))
-    return _normalized(raw, answer.family, answer.ctx, exchange, presenter)
+    return _normalized(raw, answer.family, answer.ctx, exchange, presenter, answer.kept)
 
 
 # The ioctl that tells how much a socket's send queue holds (Linux's SIOCOUTQ), if there is one.
@@ -209,6 +213,7 @@ def _normalized(
     ctx: RequestContext,
     exchange: Exchange,
     presenter: Presenter | None = None,
+    kept: Kept | None = None,
 ) -> JsonReply:
     try:
         normalized = family.response(raw, ctx)
@@ -219,6 +224,8 @@ def _normalized(
         ) from None
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
+    if kept is not None:
+        kept.whole(normalized.body, normalized.usage)
     body = normalized.body if presenter is None else presenter.whole(normalized.body)
     return _whole_reply(body, normalized.usage)
 
@@ -243,6 +250,8 @@ async def relay_stream(
         if decoder is None:
             return await _whole_as_stream(answer, exchange, opening)
         chat = answer.family.stream(answer.ctx)
+        if answer.kept is not None and isinstance(chat, StreamNormalizer):
+            chat = answer.kept.recording(chat)
         normalizer: EventStream = (
             chat if answer.presenter is None else answer.presenter.stream(chat)
         )
@@ -600,6 +609,8 @@ async def _stream_as_whole(
         raise normalizer.error
     assert collector.usage is not None  # asked for (include_usage), it comes before [DONE]
     body = collector.response(collector.usage)
+    if answer.kept is not None:
+        answer.kept.whole(body, normalizer.usage)
     if presenter is not None:
         body = presenter.whole(body)
     return _whole_reply(body, normalizer.usage)
@@ -616,19 +627,37 @@ async def _whole_as_stream(
         raise UpstreamProtocolError(
             f"The upstream answered a stream request with content type '{content_type}'"
         )
-    whole = whole_arrived(answer.response, answer.family, answer.ctx, exchange, answer.limit)
+    whole = whole_arrived(
+        answer.response, answer.family, answer.ctx, exchange, answer.limit, kept=answer.kept
+    )
     if whole is None:
         whole = await relay_whole(answer, exchange, present=False)
+    frames = frames_from_response(whole.raw, answer.ctx)
+    if answer.presenter is not None:
+        frames = answer.presenter.frames(frames)
+    return await _send_frames(opening, frames, answer.timeouts.idle)
+
+
+async def stream_frames(
+    request: web.BaseRequest,
+    exchange: Exchange,
+    headers: dict[str, str],
+    observers: Sequence[Observer],
+    frames: list[bytes],
+    idle: float,
+) -> web.StreamResponse:
+    """A whole stream the proxy has at hand (a cached answer's), sent at once."""
+    return await _send_frames(_Opening(request, exchange, headers, observers), frames, idle)
+
+
+async def _send_frames(opening: _Opening, frames: list[bytes], idle: float) -> web.StreamResponse:
+    """Headers, every frame and the body's end: one write, taken within bounds."""
+    exchange = opening.exchange
     response = opening.response()
     try:
         await opening.open(response)
     except ConnectionResetError:
         exchange.client_disconnected = True
         return response
-    # Headers, every frame and the body's end: one write, taken within bounds.
-    frames = frames_from_response(whole.raw, answer.ctx)
-    if answer.presenter is not None:
-        frames = answer.presenter.frames(frames)
-    body = b"".join(frames)
-    await _taken(opening.request, exchange, answer.timeouts.idle, response.write_eof(body))
+    await _taken(opening.request, exchange, idle, response.write_eof(b"".join(frames)))
     return response

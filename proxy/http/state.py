@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from proxy.core.auth import KeyRing
 from proxy.core.circuit import CircuitBreaker
@@ -24,6 +25,9 @@ from proxy.http.deadline import Deadlines
 from proxy.http.limits.limiter import Limiter, Shown
 from proxy.http.pipe import Relays
 from proxy.http.upstream import Target, UpstreamClient, target_for
+
+if TYPE_CHECKING:  # it tells the observers of what it serves: it imports this module
+    from proxy.http.cache.service import ResponseCache
 
 # (model name, provider, upstream model): a deployment, as configured.
 DeploymentKey = tuple[str, str, str]
@@ -198,5 +202,6 @@ class State:
     deadlines: Deadlines | None = None  # the running loop's, from start to close
     relays: Relays | None = None  # the running loop's streams with data to relay, likewise
     limiter: Limiter | None = None  # from the gateway's start to its close
+    cache: ResponseCache | None = None  # likewise, when the configuration has a cache
     ready: bool = False
     collecting: Collecting = field(default_factory=Collecting)

@@ -199,6 +199,11 @@ class StreamNormalizer:
             return usage_value(usage)
         return estimated_usage(prompt_chars(self.ctx.prompt), self._text_chars, self._text_events)
 
+    def usage_report(self) -> dict[str, Any]:
+        """The usage object the stream shows (or would show, had the client asked for it)."""
+        usage = self._final_usage()
+        return usage if usage is not None else self._estimate()
+
     # -- one chunk -----------------------------------------------------------------------
 
     def _chunk(self, payload: dict[str, Any]) -> list[bytes]:

@@ -284,6 +284,20 @@ _METRICS: Final = (
         "Lines of log (access or diagnostic) dropped: the workers' stderr was not being read.",
         (),
     ),
+    _Spec(
+        "cache_requests",
+        "counter",
+        "llm_proxy_cache_requests_total",
+        "Requests for a cached model, by what the response cache did: hit, miss or bypass.",
+        ("team", "model", "result"),
+    ),
+    _Spec(
+        "cache_tokens_saved",
+        "counter",
+        "llm_proxy_cache_tokens_saved_total",
+        "Tokens that answers from the response cache did not spend upstream, by type.",
+        ("team", "model", "type"),
+    ),
 )
 
 
@@ -313,6 +327,8 @@ class ProxyMetrics(Observer):
     config_reloads: _Children[Counter]
     gc_pauses: _Children[Histogram]
     log_lines_dropped: Counter
+    cache_requests: _Children[Counter]
+    cache_tokens_saved: _Children[Counter]
 
     def __init__(
         self,
@@ -414,7 +430,17 @@ class ProxyMetrics(Observer):
             self._count(self.client_disconnects(team, model, provider), 1)
         for fix in counted_fixes(exchange):
             self._count(self.normalization_fixes(provider, fix), 1)
+        if exchange.cache is not None:
+            self._cached(exchange)
         self._batch.touch()
+
+    def _cached(self, exchange: Exchange) -> None:
+        team, model = exchange.team, exchange.model
+        self._count(self.cache_requests(team, model, exchange.cache or ""), 1)
+        saved = exchange.saved
+        if saved is not None:
+            self._count(self.cache_tokens_saved(team, model, "prompt"), saved.prompt_tokens)
+            self._count(self.cache_tokens_saved(team, model, "completion"), saved.completion_tokens)
 
     def close(self) -> None:
         self._batch.flush_now()

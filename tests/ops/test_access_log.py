@@ -57,6 +57,7 @@ FIELDS = {
     "upstream_s",
     "client_disconnected",
     "fixes",
+    "cache",
 }
 SECRET_PROMPT = "the-secret-prompt-7f3a"
 MADE_UP_KEY = "sk-made-up-secret-key-91c2"
@@ -112,6 +113,7 @@ def test_access_record_fields() -> None:
         "upstream_s": 0.5,
         "client_disconnected": False,
         "fixes": ["role", "usage"],
+        "cache": None,  # not a cached model's
     }
 
 

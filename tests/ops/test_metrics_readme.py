@@ -40,7 +40,7 @@ def running() -> Iterator[Stage]:
 
 def test_docs_list_metrics_with_types_and_labels() -> None:
     table = readme_metrics()
-    assert len(table) == 24
+    assert len(table) == 26
     for name, (kind, labels) in table.items():
         assert name.startswith("llm_proxy_")
         assert kind in ("counter", "gauge", "histogram")
@@ -61,6 +61,8 @@ async def test_docs_match_the_exposition(running: Stage) -> None:
         prices={"llama": {"input": 0.1, "output": 0.4}},
         # Every kind of limit, loose enough to refuse nothing: their series are shown.
         teams={**TEAMS, "alpha": {**TEAMS["alpha"], "limits": LIMITS}},
+        # The second request is the first's answer from the cache: the cache's series are shown.
+        cache={"models": ["llama"]},
     )
     auth = {"Authorization": f"Bearer {ALPHA_KEY}"}
     async with aiohttp.ClientSession() as session:

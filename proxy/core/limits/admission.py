@@ -299,6 +299,13 @@ def _plan(team: str, limits: Limits, now: float, windows: Windows) -> Plan:
     return Plan(limits, start, end, tuple(charges), key_prefix(team, "inflight"), _shown(charges))
 
 
+def requests_only(plan: Plan) -> Plan:
+    """The plan of a request that spends no tokens (an answer from the response cache): the
+    team's requests per minute alone, so that a spent token budget does not refuse it."""
+    charges = [charge for charge in plan.charges if charge.unit == REQUESTS]
+    return Plan(plan.limits, plan.start, plan.end, tuple(charges), plan.lease_key, _shown(charges))
+
+
 def _shown(charges: list[Charge]) -> Shown | None:
     fixed: dict[str, str] = {}
     remaining = []

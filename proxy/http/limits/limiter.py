@@ -34,6 +34,7 @@ from proxy.core.limits.admission import (
     Windows,
     rate_limit_headers,
     request_amounts,
+    requests_only,
     reservation_in,
     settle,
     unchecked_in,
@@ -176,17 +177,24 @@ class Limiter:
         max_tokens: int,
         price: Price | None,
         lease_seconds: float,
+        spends: bool = True,
     ) -> Reservation:
         """The request's reservation; admitted unchecked (the store down and on_failure open),
         one that took nothing (``unchecked_in``), so that what it spends is charged when it is
         settled. Over a limit: ``RateLimited``; the store down and on_failure closed:
-        ``ServiceUnavailable``. Sets the x-ratelimit headers."""
+        ``ServiceUnavailable``. Sets the x-ratelimit headers.
+
+        ``spends``: False for a request that spends no tokens (a cache hit), which counts against
+        requests per minute and concurrency alone."""
         now = time.time()
         limits = team.limits
         usd, amounts = request_amounts(prompt_tokens, max_tokens, price)
         plan = self.windows.plan(team.name, limits, now)
         deadline = now + lease_seconds
         ahead = self._ahead
+        if not spends:
+            plan = requests_only(plan)
+            ahead = None  # reservations made ahead hold tokens
         counted = 1  # the reservations counted up to this one, by the decision's counters
         if self._local is not None:
             # Nothing to wait for: no coroutine, on every request.
@@ -223,7 +231,10 @@ class Limiter:
             ahead.fill(reservation, now)
         headers = rate_limit_headers(reservation, decision, now, counted)
         if headers:
-            exchange.headers = headers
+            if exchange.headers is None:
+                exchange.headers = headers
+            else:
+                exchange.headers.update(headers)  # X-Cache, set before admission
         if not decision.admitted:
             raise decision.error()
         return reservation

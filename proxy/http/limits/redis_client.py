@@ -35,7 +35,7 @@ from redis.exceptions import (
 from proxy.core.limits.config import SentinelConfig
 from proxy.http.limits.stores import unavailable
 
-Command: TypeAlias = tuple[str | int, ...]
+Command: TypeAlias = tuple[str | int | bytes, ...]
 
 # The error replies of a server that serves nobody now: whatever the call, it was not run, and
 # may be sent again once the server answers. The client reads some as exceptions of their own

@@ -1,0 +1,1 @@
+"""The response cache's stores and the handler's use of them (docs/cache.md)."""
