@@ -97,11 +97,13 @@ def start_ours(
     state: str = "",
     prefix: Sequence[str] = (),
     start_seconds: float = 90.0,
+    cache: str = "",
 ) -> Gateway:
     """``llm-proxy serve`` in front of nginx; ``source``: a checkout whose ``proxy`` package
     to run instead of the installed one (bench/ab.py compares two); ``limits``, ``state``: the
     bench team's limits and the state store, as YAML flow mappings (bench/limits.py);
-    ``prefix``: what runs the server (valgrind, for bench/instructions.py)."""
+    ``prefix``: what runs the server (valgrind, for bench/instructions.py); ``cache``: the
+    ``cache`` section, a YAML flow mapping (bench/cache.py)."""
     port = free_port()
     config = out / f"{name}.yaml"
     team_limits = f", limits: {limits}" if limits else ""
@@ -118,6 +120,7 @@ def start_ours(
         *(f"  bench-{k}: {{provider: {k}, model: bench}}" for k in KINDS),
         f"teams: {{bench: {{keys: [{KEY}], models: ['*']{team_limits}}}}}",
         *([f"state: {state}"] if state else []),
+        *([f"cache: {cache}"] if cache else []),
     ]
     config.write_text("\n".join(lines) + "\n")
     # The access log (stderr) goes to a file: run.py reads every status in it afterwards.

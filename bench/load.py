@@ -152,7 +152,8 @@ def _run_client(argv: list[str], timeout: float) -> tuple[subprocess.CompletedPr
     return done, 100 * cpu / max(1e-9, time.monotonic() - started)
 
 
-def run_wrk(gateway: Gateway, profile: Profile, seconds: int) -> Outcome:
+def run_wrk(gateway: Gateway, profile: Profile, seconds: int, script: Path = WRK_SCRIPT) -> Outcome:
+    """``script``: a wrk script taking post.lua's arguments and printing its summary."""
     argv = [
         "wrk",
         "-t1",
@@ -161,7 +162,7 @@ def run_wrk(gateway: Gateway, profile: Profile, seconds: int) -> Outcome:
         "--timeout",
         "30s",
         "-s",
-        str(WRK_SCRIPT),
+        str(script),
         gateway.urls[profile.kind],
         "--",
         gateway.body(profile.kind),

@@ -239,32 +239,57 @@ USAGE = Usage(10, 5, 15)
 
 
 @pytest.mark.parametrize(
-    ("body", "n", "stored"),
+    ("body", "endpoint", "n", "stored"),
     [
-        (chat("stop"), 1, True),
-        (chat("tool_calls"), 1, True),
-        (chat("length"), 1, True),
-        (chat("stop", "stop"), 2, True),
-        (chat("stop"), 2, False),  # n asked, fewer answered
-        (chat("stop", None), 2, False),
-        (chat("content_filter"), 1, False),
-        (chat("stop", "content_filter"), 2, False),
-        (chat(), 1, False),
-        (chat("stop", obj="text_completion"), 1, True),
-        (chat("stop", "stop", "stop", obj="text_completion"), 1, True),  # a batch of prompts
-        (orjson.dumps({"object": "list", "data": [{"embedding": [0.1]}]}), 1, True),
-        (orjson.dumps({"object": "list", "data": []}), 1, False),
-        (b"[1]", 1, False),
+        (chat("stop"), "chat", 1, True),
+        (chat("tool_calls"), "chat", 1, True),
+        (chat("length"), "chat", 1, True),
+        (chat("stop", "stop"), "chat", 2, True),
+        (chat("stop"), "chat", 2, False),  # n asked, fewer answered
+        (chat("stop", None), "chat", 2, False),
+        (chat("content_filter"), "chat", 1, False),
+        (chat("stop", "content_filter"), "chat", 2, False),
+        (chat(), "chat", 1, False),
+        (chat("stop", obj="text_completion"), "completions", 1, True),
+        (chat("stop", "stop", "stop", obj="text_completion"), "completions", 1, True),  # a batch
+        (chat("stop", None, obj="text_completion"), "completions", 1, False),
+        (orjson.dumps({"object": "list", "data": [{"embedding": [0.1]}]}), "embeddings", 1, True),
+        (b"[1]", "chat", 1, False),
     ],
 )
-def test_what_may_be_stored(body: bytes, n: int, stored: bool) -> None:
-    assert (entry_for(body, USAGE, 1.0, n, 1 << 20) is not None) is stored
+def test_what_may_be_stored(body: bytes, endpoint: str, n: int, stored: bool) -> None:
+    assert (entry_for(body, USAGE, 1.0, endpoint, n, 1 << 20) is not None) is stored
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"finish_reason":"content_filter"',
+        '"finish_reason":null',
+        '{"index":1,"finish_reason":"stop"}',
+    ],
+)
+def test_words_in_an_answer_are_not_taken_for_its_keys(text: str) -> None:
+    # An answer that talks about finish reasons: its quotes are escaped in JSON.
+    body = orjson.dumps(
+        {
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+    )
+    assert entry_for(body, USAGE, 1.0, "chat", 1, 1 << 20) is not None
 
 
 def test_an_answer_over_the_limit_is_not_stored() -> None:
     body = chat("stop")
-    assert entry_for(body, USAGE, 1.0, 1, len(body)) is not None
-    assert entry_for(body, USAGE, 1.0, 1, len(body) - 1) is None
+    assert entry_for(body, USAGE, 1.0, "chat", 1, len(body)) is not None
+    assert entry_for(body, USAGE, 1.0, "chat", 1, len(body) - 1) is None
 
 
 def test_entries_round_trip_compressed() -> None:

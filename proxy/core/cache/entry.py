@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import orjson
 
@@ -33,30 +33,34 @@ class Entry:
         return Usage(self.prompt_tokens, self.completion_tokens, total, source=self.source)
 
 
-def entry_for(body: bytes, usage: Usage, stored: float, n: int, limit: int) -> Entry | None:
-    """The entry for a complete canonical answer ``body`` to a request for ``n`` choices; None
-    for one that must not be stored: over ``limit`` bytes, a choice missing or cut off by a
-    content filter, or no result at all."""
-    if len(body) > limit or not _complete(orjson.loads(body), n):
+# In canonical JSON (orjson's: no whitespace), where a key can only be a key: inside a string
+# value its quotes would be escaped. So choices are counted without parsing the answer again.
+_FINISH: Final = b'"finish_reason":'
+_UNFINISHED: Final = b'"finish_reason":null'
+_FILTERED: Final = b'"finish_reason":"content_filter"'
+
+
+def entry_for(
+    body: bytes, usage: Usage, stored: float, endpoint: str, n: int, limit: int
+) -> Entry | None:
+    """The entry for a complete canonical answer ``body`` (as the normalizers make it) to a
+    request to ``endpoint`` for ``n`` choices; None for one that must not be stored: over
+    ``limit`` bytes, a choice missing, unfinished or cut off by a content filter."""
+    if len(body) > limit or not _complete(body, endpoint, n):
         return None
     return Entry(body, stored, usage.prompt_tokens, usage.completion_tokens, usage.source)
 
 
-def _complete(whole: Any, n: int) -> bool:
-    if not isinstance(whole, dict):
+def _complete(body: bytes, endpoint: str, n: int) -> bool:
+    if endpoint == "embeddings":
+        return True  # one vector per input, which the normalizer checked
+    choices = body.count(_FINISH)
+    if choices == 0 or _UNFINISHED in body:
         return False
-    if whole.get("object") == "list":  # embeddings: one vector per input, checked upstream
-        return bool(whole.get("data"))
-    choices = whole.get("choices")
-    if not isinstance(choices, list) or not choices:
-        return False
-    if whole.get("object") == "chat.completion" and len(choices) != n:
+    if endpoint == "chat" and choices != n:
         return False  # n asked, fewer answered: the next request would get the same hole
     # A filtered answer may be the filter's mood of the moment; it is not the model's answer.
-    return all(
-        isinstance(choice, dict) and choice.get("finish_reason") not in (None, "content_filter")
-        for choice in choices
-    )
+    return _FILTERED not in body
 
 
 def encode_entry(entry: Entry) -> bytes:

@@ -38,6 +38,7 @@ class Caching:
     key: str
     control: Control
     kept: Kept
+    endpoint: str  # of the canonical answer: chat (for the Responses API too), completions ...
     n: int  # the chat choices asked for: an answer with fewer is not stored
 
 
@@ -75,7 +76,7 @@ class ResponseCache:
         team_name = team.name if cache.scope == "team" else None
         _mark(exchange, "miss")
         key = cache_key(endpoint, model.name, body, team_name)
-        return Caching(key, control, Kept(), max(1, client_request.n))
+        return Caching(key, control, Kept(), client_request.endpoint, max(1, client_request.n))
 
     async def look_up(self, caching: Caching, exchange: Exchange) -> Entry | None:
         """The stored answer the request may be served, if any (the request is a hit from
@@ -105,7 +106,9 @@ class ResponseCache:
             or FIX_FINISH_SYNTHESIZED in exchange.fixes
         ):
             return
-        entry = entry_for(kept.body, kept.usage, time.time(), caching.n, cache.max_entry_bytes)
+        entry = entry_for(
+            kept.body, kept.usage, time.time(), caching.endpoint, caching.n, cache.max_entry_bytes
+        )
         if entry is not None:
             self.store.put(caching.key, entry, cache.ttl_seconds)
 

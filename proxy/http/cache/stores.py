@@ -14,6 +14,7 @@ from typing import Final, Protocol
 from proxy.core.cache.config import CacheConfig
 from proxy.core.cache.entry import Entry, decode_entry, encode_entry
 from proxy.core.limits.config import SentinelConfig
+from proxy.core.usage import Source
 from proxy.http.limits.redis_client import RedisClient
 from proxy.http.limits.stores import StoreUnavailable
 
@@ -33,27 +34,36 @@ class CacheStore(Protocol):
     async def close(self) -> None: ...
 
 
+# An entry as the memory store holds it: (expires, stored, prompt, completion, source, body).
+# A tuple of numbers, strings and bytes, which the cycle collector stops tracking: thousands
+# of entries held as objects would be walked by every full collection, on every worker.
+_Held = tuple[float, float, int, int, Source, bytes]
+
+
 class MemoryStore:
     """Each worker's entries, least recently used first out once ``max_entries`` are held."""
 
     def __init__(self, max_entries: int) -> None:
-        self._entries: OrderedDict[str, tuple[Entry, float]] = OrderedDict()
+        self._entries: OrderedDict[str, _Held] = OrderedDict()
         self._max = max_entries
 
     async def get(self, key: str) -> Entry | None:
-        found = self._entries.get(key)
-        if found is None:
+        held = self._entries.get(key)
+        if held is None:
             return None
-        entry, expires = found
+        expires, stored, prompt, completion, source, body = held
         if expires <= time.time():
             del self._entries[key]
             return None
         self._entries.move_to_end(key)
-        return entry
+        return Entry(body, stored, prompt, completion, source)
 
     def put(self, key: str, entry: Entry, ttl: int) -> None:
         entries = self._entries
-        entries[key] = (entry, entry.stored + ttl)
+        entries[key] = (
+            entry.stored + ttl, entry.stored, entry.prompt_tokens, entry.completion_tokens,
+            entry.source, entry.body,
+        )  # fmt: skip
         entries.move_to_end(key)
         while len(entries) > self._max:
             entries.popitem(last=False)
@@ -106,7 +116,11 @@ class RedisStore:
 
     async def close(self) -> None:
         if self._writes:
+            # Each write is bounded by the timeout already; any still running is given up.
             await asyncio.wait(self._writes, timeout=self._client.timeout)
+            for task in self._writes:
+                task.cancel()
+            await asyncio.gather(*self._writes, return_exceptions=True)
         await self._client.close()
 
 
