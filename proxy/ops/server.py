@@ -390,6 +390,11 @@ _SHUTDOWN_TIMEOUT: Final = 1.0
 PARENT_CHECK: Final = 1.0
 
 
+def _cache_backend(config: Config) -> str | None:
+    # The cache's store is made at start (docs/cache.md); its other settings apply on reload.
+    return None if config.cache is None else config.cache.backend
+
+
 def reload_config(state: State, path: Path) -> bool:
     """Load ``path`` and, if it is valid, serve every request from now on with it.
 
@@ -406,6 +411,8 @@ def reload_config(state: State, path: Path) -> bool:
     else:
         previous = state.runtime.config
         stale = [name for name in _RESTART_ONLY if getattr(config, name) != getattr(previous, name)]
+        if _cache_backend(config) != _cache_backend(previous):
+            stale.append("cache.backend (and whether there is a cache)")
         if stale:
             log.warning("reload: %s change only with a restart", ", ".join(stale))
         state.runtime = Runtime.from_config(config, previous=state.runtime)
