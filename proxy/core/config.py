@@ -101,6 +101,9 @@ class Provider:
     # It serves OpenAI's Responses API itself (OpenAI, Azure): /v1/responses is passed through to
     # it, not translated to chat (docs/responses-api.md).
     responses: bool = False
+    # api: anthropic: the anthropic-beta values a client sends that are not passed on to it (a
+    # backend that refuses betas newer than it knows: docs/anthropic-face.md).
+    drop_betas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,6 +481,11 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         if responses:
             ck.fail(join_path(path, "responses"), "is only for api: openai")
         dialect = api
+    drop_betas: tuple[str, ...] = ()
+    if "drop_betas" in node:
+        drop_betas = tuple(beta for _, beta in ck.items(node, "drop_betas", path, text))
+        if api != "anthropic":
+            ck.fail(join_path(path, "drop_betas"), "is only for api: anthropic")
     return Provider(
         name=name,
         api=api,
@@ -490,6 +498,7 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         dialect=dialect,
         max_connections=ck.optional(node, "max_connections", path, _positive_int, MAX_CONNECTIONS),
         responses=responses,
+        drop_betas=drop_betas,
     )
 
 

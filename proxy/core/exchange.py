@@ -25,7 +25,9 @@ class Exchange:
     whole loop turn, so a request's overhead read 0 or 1 ms and its waits summed wrongly."""
 
     request_id: str
-    endpoint: str  # "chat", "completions", "responses", "embeddings", "models", "other"
+    # "chat", "completions", "responses", "messages", "count_tokens", "embeddings", "models",
+    # "other"
+    endpoint: str
     started: float  # when the request arrived
     team: str = UNKNOWN_TEAM
     model: str = UNKNOWN_MODEL  # a configured model name, never one a client made up

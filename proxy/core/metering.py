@@ -26,7 +26,7 @@ from proxy.core.exchange import Exchange
 from proxy.core.fix_names import FIXES
 from proxy.core.usage import Usage
 
-ENDPOINTS: Final = ("chat", "completions", "responses", "embeddings", "models", "other")
+ENDPOINTS: Final = ("chat", "completions", "responses", "messages", "embeddings", "models", "other")
 STREAM_VALUES: Final = ("true", "false")
 STATUS_CLASSES: Final = ("2xx", "4xx", "5xx")
 TOKEN_TYPES: Final = ("prompt", "completion", "cached", "reasoning")

@@ -52,6 +52,9 @@ ENDPOINTS: Final = (
     Endpoint("POST", "/chat/inference", "chat-inference", dialect="maritaca"),
     Endpoint("POST", "/v1/messages", "messages", dialect="anthropic"),
     Endpoint(
+        "POST", "/v1/messages/count_tokens", "count-tokens", dialect="anthropic", streams="never"
+    ),
+    Endpoint(
         "POST",
         ":generateContent",
         "generate-content",

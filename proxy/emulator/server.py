@@ -5,6 +5,7 @@
     POST .../embeddings, .../responses              OpenAI's ``embeddings`` and ``responses``
     POST .../api/chat/inference                     Maritaca's ``chat-inference``
     POST .../v1/messages                            Anthropic's ``messages``
+    POST .../v1/messages/count_tokens               Anthropic's ``count-tokens``
     POST .../models/{model}:generateContent         Gemini's ``generate-content``; streamed
     POST .../models/{model}:streamGenerateContent   (SSE with ``alt=sse``, else a JSON array)
     POST .../models/{model}:batchEmbedContents      Gemini's ``batch-embed-contents``

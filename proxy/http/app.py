@@ -38,9 +38,19 @@ from proxy.http.admin import handle_admin
 from proxy.http.batch import REPORT_DELAY, Batch
 from proxy.http.cache.service import ResponseCache
 from proxy.http.cache.stores import store_for as cache_store
-from proxy.http.completion import handle_completion
+from proxy.http.completion import authorization, handle_completion
 from proxy.http.deadline import Deadlines
+from proxy.http.faces import rate_limit_headers
 from proxy.http.limits.limiter import Limiter, Shown, store_for
+from proxy.http.messages import (
+    MESSAGES_ENDPOINTS,
+    PREFLIGHT,
+    anthropic_error,
+    asks_anthropic,
+    handle_count_tokens,
+    model_object,
+    models_list,
+)
 from proxy.http.pipe import Relays
 from proxy.http.pool import Pool
 from proxy.http.reply import JsonReply
@@ -58,12 +68,16 @@ _REQUEST_ID: Final = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
 # calls the paths without it (LiteLLM and vLLM serve both forms): one table answers both, as the
 # same endpoint. Any other path under /v1/ is an API request too (metered, logged) that ends
 # in 404.
-ApiEndpoint = Literal["chat", "completions", "embeddings", "responses", "models"]
+ApiEndpoint = Literal[
+    "chat", "completions", "embeddings", "responses", "messages", "count_tokens", "models"
+]
 _API: Final[Mapping[str, tuple[str, ApiEndpoint]]] = {
     "/chat/completions": ("POST", "chat"),
     "/completions": ("POST", "completions"),
     "/embeddings": ("POST", "embeddings"),
     "/responses": ("POST", "responses"),
+    "/messages": ("POST", "messages"),  # Anthropic's Messages API (docs/anthropic-face.md)
+    "/messages/count_tokens": ("POST", "count_tokens"),
     "/models": ("GET", "models"),
 }
 _MODEL_PREFIX: Final = "/models/"  # GET /v1/models/{model}, as client.models.retrieve calls
@@ -237,6 +251,8 @@ class Gateway:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request: an API request (under /v1/ or not), else a probe or /metrics."""
         path = request.path
+        if request.method == "HEAD" and path in PREFLIGHT:
+            return web.Response()  # Claude Code's check that the base URL answers
         versioned = path.startswith("/v1/")
         route = path[3:] if versioned else path  # the path without its /v1
         api = _API.get(route)
@@ -265,6 +281,10 @@ class Gateway:
             perf_counter(),
             path=path,
         )
+        anthropic = exchange.endpoint in MESSAGES_ENDPOINTS
+        if anthropic:
+            # Anthropic's SDKs read the request's id from request-id, on every answer.
+            exchange.headers = {"request-id": exchange.request_id}
         for observer in observers:
             observer.started(exchange)
         response: web.StreamResponse
@@ -281,12 +301,14 @@ class Gateway:
                     response = self._model(request, exchange, route[len(_MODEL_PREFIX) :])
                 else:
                     response = self._models(request, exchange)
+            elif endpoint == "count_tokens":
+                response = await handle_count_tokens(request, state, exchange)
             else:
                 response = await handle_completion(
                     request, state, exchange, endpoint, azure_deployment=deployment
                 )
         except ProxyError as exc:
-            response = self._failed(exchange, exc)
+            response = self._failed(exchange, exc, anthropic=anthropic)
         except asyncio.CancelledError:
             # aiohttp cancels the handler when the client disconnects (handler_cancellation).
             exchange.client_disconnected = True
@@ -296,7 +318,8 @@ class Gateway:
             if exchange.first_token_at is not None and request.transport is not None:
                 # A stream had begun: a second answer would land inside its body. Cut instead.
                 request.transport.abort()
-            response = self._failed(exchange, ProxyError("The proxy failed to handle the request"))
+            failed = ProxyError("The proxy failed to handle the request")
+            response = self._failed(exchange, failed, anthropic=anthropic)
         else:
             # Before the observers run: they count the request under the status it was answered
             # with.
@@ -315,7 +338,8 @@ class Gateway:
         if not response.prepared:
             response.headers["X-Request-Id"] = exchange.request_id
             if exchange.headers:
-                response.headers.update(exchange.headers)
+                headers = rate_limit_headers(exchange.headers) if anthropic else exchange.headers
+                response.headers.update(headers)
         return response
 
     async def drain(self, seconds: float) -> None:
@@ -365,17 +389,24 @@ class Gateway:
         return await handler(request)
 
     @staticmethod
-    def _failed(exchange: Exchange, exc: ProxyError) -> JsonReply:
+    def _failed(exchange: Exchange, exc: ProxyError, *, anthropic: bool = False) -> JsonReply:
         exchange.failure = handled(exc)
-        exchange.status = exc.http_status
         if isinstance(exc, UpstreamError):
             exchange.upstream_error = exc.kind
+        if anthropic:
+            reply = anthropic_error(exc, _error_headers(exc))
+            exchange.status = reply.status  # an unavailable upstream is Anthropic's 529
+            return reply
+        exchange.status = exc.http_status
         return error_response(exc, _error_headers(exc))
 
     def _models(self, request: web.BaseRequest, exchange: Exchange) -> JsonReply:
         runtime = self.state.runtime
-        team = runtime.keyring.identify(request.headers.get("Authorization"))
+        anthropic = asks_anthropic(request)
+        team = runtime.keyring.identify(authorization(request, azure=False, anthropic=anthropic))
         exchange.team = team.name
+        if anthropic:
+            return models_list(runtime, runtime.models.allowed(team))
         data = [_model_object(runtime, name) for name in runtime.models.allowed(team)]
         return JsonReply(orjson.dumps({"object": "list", "data": data}))
 
@@ -383,12 +414,14 @@ class Gateway:
         """One of the team's models. Another team's is as unknown as a model nobody configured:
         the team's listing does not show it either."""
         runtime = self.state.runtime
-        team = runtime.keyring.identify(request.headers.get("Authorization"))
+        anthropic = asks_anthropic(request)
+        team = runtime.keyring.identify(authorization(request, azure=False, anthropic=anthropic))
         exchange.team = team.name
         if name not in runtime.models.allowed(team):
             raise ModelNotFound(name)
         exchange.model = name
-        return JsonReply(orjson.dumps(_model_object(runtime, name)))
+        shown = model_object(runtime, name) if anthropic else _model_object(runtime, name)
+        return JsonReply(orjson.dumps(shown))
 
     async def _healthz(self, request: web.BaseRequest) -> web.Response:
         return web.json_response({"status": "ok"})

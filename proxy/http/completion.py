@@ -33,9 +33,20 @@ from proxy.core.errors import (
 )
 from proxy.core.exchange import Exchange
 from proxy.core.limits.admission import Reservation, prompt_estimate
-from proxy.core.request import ClientRequest, Endpoint, parse_request, upstream_body
+from proxy.core.request import ClientRequest, Endpoint, upstream_body
 from proxy.http.cache.service import Caching, answer_hit
 from proxy.http.deadline import Deadline
+from proxy.http.faces import (
+    PATHS,
+    Call,
+    body_as_it_came,
+    passes_through,
+    presentation,
+    rate_limit_headers,
+    read_call,
+    refusal_of,
+    upstream_endpoint,
+)
 from proxy.http.limits.limiter import Limiter
 from proxy.http.pool import Slots
 from proxy.http.relay import (
@@ -49,27 +60,12 @@ from proxy.http.relay import (
 from proxy.http.reply import JsonReply
 from proxy.http.state import Runtime, State
 from proxy.http.upstream import Destination, Target
-from proxy.normalize import API_FAMILIES, ApiFamily, RequestContext
+from proxy.normalize import RequestContext
 from proxy.normalize.dialects import DIALECTS, RequestOptions, upstream_request
+from proxy.normalize.faces.anthropic.request import MessagesCall, clamp_max_tokens
 from proxy.normalize.keep import Kept
-from proxy.normalize.present import Presenter
-from proxy.normalize.responses.call import (
-    ResponsesCall,
-    as_responses_refusal,
-    passthrough_body,
-    responses_request,
-)
-from proxy.normalize.responses.present import PASSTHROUGH, ResponsesPresenter
 
 log = logging.getLogger("proxy.routing")
-
-_PATHS: Final = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "embeddings": "/v1/embeddings",
-    "responses": "/v1/responses",
-}
-
 
 # A body larger than this is read and translated on a thread of the loop's executor: a large
 # body of many small items takes seconds of the interpreter, which on the loop every other
@@ -78,26 +74,18 @@ _PATHS: Final = {
 READ_APART: Final = 256 * 1024
 
 
-def _client_request(
-    raw: bytes, endpoint: Endpoint, azure_deployment: str | None
-) -> tuple[ClientRequest, ResponsesCall | None]:
-    if endpoint == "responses":
-        return responses_request(raw)
-    return parse_request(raw, endpoint, model=azure_deployment), None
-
-
 def _upstream_body(
     model: Model,
     provider: Provider,
     deployment: Deployment,
     client_request: ClientRequest,
-    responses: ResponsesCall | None,
+    call: Call | None,
     passthrough: bool,
 ) -> bytes:
     """The body for one deployment: the client's passed through, or translated."""
     if passthrough:
-        assert responses is not None
-        return passthrough_body(responses.body, deployment.model)
+        assert call is not None
+        return body_as_it_came(call, deployment.model)
     dialect = DIALECTS[provider.dialect]
     embeddings = client_request.endpoint == "embeddings"
     if (dialect.embed_request if embeddings else dialect.request) is None:
@@ -110,7 +98,7 @@ def _upstream_body(
     try:
         return upstream_request(dialect, client_request, options)
     except InvalidRequest as exc:
-        raise _Unservable(exc if responses is None else as_responses_refusal(exc)) from None
+        raise _Unservable(refusal_of(call, exc)) from None
 
 
 async def read_body(request: web.BaseRequest, limit: int, seconds: float) -> bytes:
@@ -160,12 +148,13 @@ async def _continue(request: web.BaseRequest, expect: str) -> None:
     await writer.drain()
 
 
-def authorization(request: web.BaseRequest, *, azure: bool) -> str | None:
+def authorization(request: web.BaseRequest, *, azure: bool, anthropic: bool = False) -> str | None:
     """The request's credentials as an Authorization value. AzureOpenAI sends its key in
-    ``api-key``, which Azure's own paths accept like a bearer key."""
+    ``api-key``, which Azure's own paths accept like a bearer key; Anthropic's SDKs and Claude
+    Code send theirs in ``x-api-key`` (or as a bearer key)."""
     given = request.headers.get("Authorization")
-    if given is None and azure:
-        key = request.headers.get("api-key")
+    if given is None and (azure or anthropic):
+        key = request.headers.get("api-key" if azure else "x-api-key")
         if key is not None:
             return f"Bearer {key}"
     return given
@@ -175,7 +164,7 @@ async def handle_completion(
     request: web.BaseRequest,
     state: State,
     exchange: Exchange,
-    endpoint: Endpoint,
+    endpoint: str,
     *,
     azure_deployment: str | None = None,
 ) -> web.StreamResponse:
@@ -187,29 +176,37 @@ async def handle_completion(
     runtime = state.runtime  # one configuration for the whole request, even across a reload
     config = runtime.config
 
-    team = runtime.keyring.identify(authorization(request, azure=azure_deployment is not None))
+    given = authorization(
+        request, azure=azure_deployment is not None, anthropic=endpoint == "messages"
+    )
+    team = runtime.keyring.identify(given)
     exchange.team = team.name
     raw = await read_body(request, config.server.max_body_bytes, config.server.read_timeout)
     if len(raw) > READ_APART:
-        read = await asyncio.to_thread(_client_request, raw, endpoint, azure_deployment)
+        read = await asyncio.to_thread(read_call, raw, endpoint, azure_deployment)
     else:
-        read = _client_request(raw, endpoint, azure_deployment)
-    client_request, responses = read
+        read = read_call(raw, endpoint, azure_deployment)
+    client_request, call = read
     exchange.stream = client_request.stream
     model = runtime.models.resolve(team, client_request.model)
     exchange.model = model.name
+    if isinstance(call, MessagesCall):
+        # Claude Code asks for 32,000 whatever the model: above a model's limit, its limit.
+        asked = client_request.max_tokens
+        clamp_max_tokens(client_request, model.max_tokens)
+        if any(config.providers[d.provider].api == "anthropic" for d in model.deployments):
+            # An Anthropic deployment gets the body as it came: its reservation covers that.
+            client_request.max_tokens = asked
 
     caching: Caching | None = None
     cache = state.cache
     if cache is not None:
         cache_control = request.headers.get("Cache-Control")
-        caching = cache.consider(
-            config, team, model, client_request, responses, cache_control, exchange
-        )
+        caching = cache.consider(config, team, model, client_request, call, cache_control, exchange)
         # Before limits (docs/cache.md): a hit spends no tokens, so a spent budget serves it.
         entry = None if caching is None else await cache.look_up(caching, exchange)
         if entry is not None:
-            return await _hit(request, state, runtime, team, model, client_request, responses,
+            return await _hit(request, state, runtime, team, model, client_request, call,
                               exchange, entry)  # fmt: skip
 
     assert state.deadlines is not None  # from the gateway's start to its close
@@ -239,7 +236,7 @@ async def handle_completion(
                     provider,
                     deployment,
                     client_request,
-                    responses,
+                    call,
                     None if caching is None else caching.kept,
                 )
             except _Unservable as unservable:
@@ -296,7 +293,7 @@ async def _hit(
     team: Team,
     model: Model,
     client_request: ClientRequest,
-    responses: ResponsesCall | None,
+    call: Call | None,
     exchange: Exchange,
     entry: Entry,
 ) -> web.StreamResponse:
@@ -312,7 +309,7 @@ async def _hit(
         )  # fmt: skip
     try:
         response = await answer_hit(
-            request, entry, exchange, client_request, responses, state.observers, runtime.config
+            request, entry, exchange, client_request, call, state.observers, runtime.config
         )
         if isinstance(response, JsonReply) and len(response.raw) > SENT_AT_ONCE:
             response.headers["X-Request-Id"] = exchange.request_id
@@ -405,22 +402,32 @@ async def _attempt(
     provider: Provider,
     deployment: Deployment,
     client_request: ClientRequest,
-    responses: ResponsesCall | None,
+    call: Call | None,
     kept: Kept | None,
 ) -> web.StreamResponse:
     """One try at one deployment: send, wait for the answer's headers, relay it.
 
-    ``responses``: a Responses API request, made the chat request ``client_request``; passed
-    through as it came to a provider that serves the Responses API itself."""
-    passthrough = responses is not None and provider.responses
-    endpoint: Endpoint = "responses" if passthrough else client_request.endpoint
+    ``call``: a request in another API's shape (the Responses API, Anthropic's Messages), made
+    the chat request ``client_request``; passed through as it came to a provider that speaks
+    that API itself."""
+    passthrough = passes_through(call, provider)
+    endpoint = upstream_endpoint(call, client_request, passthrough)
     target = runtime.targets[provider.name]
-    destination = _destination(target, endpoint, model, deployment, responses)
+    destination = _destination(target, endpoint, model, deployment, exchange.endpoint)
+    if passthrough and isinstance(call, MessagesCall):
+        destination = destination.with_headers(anthropic_headers(request, provider))
     ctx = _request_context(runtime, model, provider, client_request, endpoint)
     if kept is not None:
         kept.body = None  # an earlier attempt's answer, if any, was not this one
-    family, presenter = _presentation(provider, client_request, responses, passthrough, ctx)
-    made = (model, provider, deployment, client_request, responses, passthrough)
+        if passthrough:
+            kept = None  # the provider's own answer, not a canonical one: not stored
+    try:
+        family, presenter = presentation(
+            call, provider, passthrough, client_request.model, ctx.keeps
+        )
+    except InvalidRequest as refusal:
+        raise _Unservable(refusal) from None  # only a provider speaking the API can take it
+    made = (model, provider, deployment, client_request, call, passthrough)
     if client_request.size > READ_APART:
         body = await asyncio.to_thread(_upstream_body, *made)
     else:
@@ -462,6 +469,8 @@ async def _attempt(
         )  # fmt: skip
         if client_request.stream:
             headers = {"X-Request-Id": exchange.request_id, **(exchange.headers or {})}
+            if isinstance(call, MessagesCall):
+                headers = rate_limit_headers(headers)
             return await relay_stream(request, answer, exchange, headers, state.observers)
         return await relay_whole(answer, exchange)
     finally:
@@ -473,12 +482,13 @@ def _destination(
     endpoint: Endpoint,
     model: Model,
     deployment: Deployment,
-    responses: ResponsesCall | None,
+    asked_at: str,
 ) -> Destination:
-    """Where ``deployment`` serves ``endpoint``; ``_Unservable`` if it does not."""
+    """Where ``deployment`` serves ``endpoint``; ``_Unservable`` if it does not (``asked_at``:
+    the client's endpoint, which the refusal names)."""
     destination = target.destination(endpoint, deployment.model)
     if destination is None:
-        asked = "/v1/responses" if responses is not None else _PATHS[endpoint]
+        asked = PATHS.get(asked_at, PATHS[endpoint])
         raise _Unservable(
             InvalidRequest(
                 f"The model '{model.name}' does not serve {asked}",
@@ -514,27 +524,24 @@ def _request_context(
     )
 
 
-def _presentation(
-    provider: Provider,
-    client_request: ClientRequest,
-    responses: ResponsesCall | None,
-    passthrough: bool,
-    ctx: RequestContext,
-) -> tuple[ApiFamily, Presenter | None]:
-    """How the answer is read (the provider's API family) and shown to the client: as the
-    canonical chat (no presenter), or as the Responses API it asked in."""
-    if responses is None:
-        return API_FAMILIES[provider.api], None
-    if passthrough:
-        return PASSTHROUGH, None
-    if responses.echo is None:
-        assert responses.refusal is not None
-        raise _Unservable(responses.refusal)  # only a provider serving the API can do it
-    presenter = ResponsesPresenter(
-        responses.echo,
-        response_id=responses.response_id,
-        created=responses.created,
-        model=client_request.model,
-        limit=ctx.keeps,
-    )
-    return API_FAMILIES[provider.api], presenter
+# The headers of a Messages request passed on as they came: the API version and betas the client
+# asked for (never its key: the provider's own is sent).
+_ANTHROPIC_HEADERS: Final = ("anthropic-version", "anthropic-beta")
+
+
+def anthropic_headers(request: web.BaseRequest, provider: Provider) -> dict[str, str]:
+    """The client's ``anthropic-version`` and ``anthropic-beta`` for an Anthropic provider,
+    less the betas it is configured to drop (``drop_betas``)."""
+    given = {}
+    version = request.headers.get("anthropic-version")
+    if version:
+        given["anthropic-version"] = version
+    betas = [
+        beta.strip()
+        for value in request.headers.getall("anthropic-beta", ())
+        for beta in value.split(",")
+        if beta.strip() and beta.strip() not in provider.drop_betas
+    ]
+    if betas:
+        given["anthropic-beta"] = ",".join(betas)
+    return given

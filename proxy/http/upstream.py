@@ -79,10 +79,12 @@ class Destination:
 
     A stream may be asked for at a URL of its own (``stream_url``: Gemini, TGI)."""
 
-    __slots__ = ("head", "origin", "stream_head", "url")
+    __slots__ = ("head", "headers", "origin", "stream_head", "stream_url", "url")
 
     def __init__(self, url: URL, headers: Mapping[str, str], stream_url: URL | None = None) -> None:
         self.url = url
+        self.headers = headers
+        self.stream_url = stream_url
         tls = url.scheme == "https"
         self.origin = Origin(url.host or "", url.port or (443 if tls else 80), tls)
         self.head = request_head(url, headers)
@@ -91,6 +93,17 @@ class Destination:
         }
         stream_headers["Accept"] = "text/event-stream"
         self.stream_head = request_head(stream_url or url, stream_headers)
+
+    def with_headers(self, given: Mapping[str, str], path: str = "") -> Destination:
+        """This destination with ``given`` headers (replacing its own of the same names, in
+        any case), and ``path`` added to its URL's: for one request's own."""
+        names = {name.lower() for name in given}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in names}
+        headers.update(given)
+        url = self.url
+        if path:
+            url = url.with_path(url.path + path).with_query(url.query)
+        return Destination(url, headers, None if path else self.stream_url)
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,9 +146,19 @@ The proxy is running on {base} in front of the offline emulator (config/demo.yam
 /v1/responses is translated to chat for every model but gpt-4o-mini-responses, whose
 provider serves the Responses API itself: it is passed through.
 
+Anthropic's SDKs and Claude Code call /v1/messages (docs/anthropic-face.md):
+
+  from anthropic import Anthropic
+  client = Anthropic(base_url="{base.removesuffix("/v1")}", api_key="sk-demo-key")
+  print(client.messages.create(model="claude-llama-3.1-8b", max_tokens=256,
+        messages=[{{"role": "user", "content": "Hi"}}]).content[0].text)
+
+  ANTHROPIC_BASE_URL={base.removesuffix("/v1")} ANTHROPIC_AUTH_TOKEN=sk-demo-key \
+    claude -p "Hi" --model claude-sonnet-4
+
 Models: gpt-4o-mini (OpenAI), llama-3.1-8b (FriendliAI), sabia-4 (Maritaca),
 gpt-5-nano (Azure), llama-3.3-70b (Groq), deepseek-r1 (DeepSeek),
-claude-sonnet-4 (Anthropic), gemini-2.5-flash (Gemini),
+claude-sonnet-4 (Anthropic), claude-llama-3.1-8b (FriendliAI), gemini-2.5-flash (Gemini),
 gpt-4o-mini-responses (OpenAI's Responses API), text-embedding-3-small (embeddings).
 Ctrl-C stops.
 """

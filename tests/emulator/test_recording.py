@@ -37,6 +37,7 @@ OWN = {
 
 
 PACKAGED = (
+    "anthropic.count-tokens.json",  # written in the shape of Anthropic's reference: no copy
     "anthropic.messages.json",
     "anthropic.messages.stream.sse",
     "azure.chat.stream.model-router.sse",

@@ -17,14 +17,13 @@ from proxy.core.exchange import Exchange
 from proxy.core.fix_names import FIX_FINISH_SYNTHESIZED
 from proxy.core.request import ClientRequest
 from proxy.http.cache.stores import CacheStore
+from proxy.http.faces import Call, answerable, face_presenter
 from proxy.http.relay import USAGE_SOURCE, stream_frames
 from proxy.http.reply import JsonReply
 from proxy.http.state import Observer
 from proxy.normalize.convert import frames_from_response
 from proxy.normalize.fields import RequestContext
 from proxy.normalize.keep import Kept
-from proxy.normalize.responses.call import ResponsesCall
-from proxy.normalize.responses.present import ResponsesPresenter
 
 X_CACHE = "X-Cache"
 
@@ -55,13 +54,13 @@ class ResponseCache:
         team: Team,
         model: Model,
         client_request: ClientRequest,
-        responses: ResponsesCall | None,
+        call: Call | None,
         cache_control: str | None,
         exchange: Exchange,
     ) -> Caching | None:
         """The request's use of the cache; None if its answer is not cached (the model is not,
-        the team opted out, the client said ``no-store``, or only a provider serving the
-        Responses API itself can answer it, in a shape the cache does not keep)."""
+        the team opted out, the client said ``no-store``, or only a provider speaking the
+        face's API itself can answer it, in a shape the cache does not keep)."""
         cache = config.cache
         if cache is None or not team.cache or not cache.caches(model.name):
             return None
@@ -69,10 +68,10 @@ class ResponseCache:
         if not control.store:  # no-store: neither read nor written
             _mark(exchange, "bypass")
             return None
-        if responses is not None and responses.echo is None:
+        if not answerable(call):
             return None
-        body = client_request.body if responses is None else responses.body
-        endpoint = client_request.endpoint if responses is None else "responses"
+        body = client_request.body if call is None else call.body
+        endpoint = exchange.endpoint  # the client's: chat, ..., responses, messages
         team_name = team.name if cache.scope == "team" else None
         _mark(exchange, "miss")
         key = cache_key(endpoint, model.name, body, team_name)
@@ -130,7 +129,7 @@ async def answer_hit(
     entry: Entry,
     exchange: Exchange,
     client_request: ClientRequest,
-    responses: ResponsesCall | None,
+    call: Call | None,
     observers: Sequence[Observer],
     config: Config,
 ) -> web.StreamResponse:
@@ -141,15 +140,8 @@ async def answer_hit(
     exchange.headers["Age"] = str(age)
     exchange.saved = entry.usage
     presenter = None
-    if responses is not None:
-        assert responses.echo is not None  # ``consider`` keeps no other
-        presenter = ResponsesPresenter(
-            responses.echo,
-            response_id=responses.response_id,
-            created=responses.created,
-            model=client_request.model,
-            limit=config.server.max_response_bytes,
-        )
+    if call is not None:  # ``consider`` keeps only one it can answer
+        presenter = face_presenter(call, client_request.model, config.server.max_response_bytes)
     if not client_request.stream:
         body = entry.body if presenter is None else presenter.whole(entry.body)
         return JsonReply(body, headers={USAGE_SOURCE: entry.source})
