@@ -35,7 +35,9 @@ COPY proxy ./proxy
 COPY config/demo.yaml ./config/demo.yaml
 # Not editable, so the virtualenv stands alone; pip compiles the bytecode now, because the
 # container's root filesystem is read-only at run time.
-RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile .
+# With the otel extra: a configuration's `telemetry:` needs no other image (docs/telemetry.md).
+# "./[otel]", not ".[otel]": hadolint reads the latter as a package from an index to pin.
+RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile "./[otel]"
 
 # --- runtime ------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

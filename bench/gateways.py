@@ -98,12 +98,14 @@ def start_ours(
     prefix: Sequence[str] = (),
     start_seconds: float = 90.0,
     cache: str = "",
+    extra: Sequence[str] = (),
 ) -> Gateway:
     """``llm-proxy serve`` in front of nginx; ``source``: a checkout whose ``proxy`` package
     to run instead of the installed one (bench/ab.py compares two); ``limits``, ``state``: the
     bench team's limits and the state store, as YAML flow mappings (bench/limits.py);
     ``prefix``: what runs the server (valgrind, for bench/instructions.py); ``cache``: the
-    ``cache`` section, a YAML flow mapping (bench/cache.py)."""
+    ``cache`` section, a YAML flow mapping (bench/cache.py); ``extra``: lines of
+    configuration to add (``telemetry:``, bench/limits.py --telemetry)."""
     port = free_port()
     config = out / f"{name}.yaml"
     team_limits = f", limits: {limits}" if limits else ""
@@ -121,6 +123,7 @@ def start_ours(
         f"teams: {{bench: {{keys: [{KEY}], models: ['*']{team_limits}}}}}",
         *([f"state: {state}"] if state else []),
         *([f"cache: {cache}"] if cache else []),
+        *extra,
     ]
     config.write_text("\n".join(lines) + "\n")
     # The access log (stderr) goes to a file: run.py reads every status in it afterwards.

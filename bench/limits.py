@@ -1,6 +1,6 @@
-"""What team limits cost on the hot path (not a test).
+"""What team limits (or OpenTelemetry traces) cost on the hot path (not a test).
 
-    python bench/limits.py [--rounds 5] [--seconds 5] [--workers 1]
+    python bench/limits.py [--rounds 5] [--seconds 5] [--workers 1] [--telemetry]
 
 One nginx upstream (bench/canned.py) and three ``llm-proxy serve`` of the working tree in front
 of it, with the same configuration but for the bench team's limits:
@@ -19,6 +19,13 @@ into every round's ratio. Prints, per profile, each one's median figure and its 
 (the proxy's processes, from /proc), and the median over rounds of its ratio to off's in the
 same round: latency added at plain-1 (ms), CPU per request at plain-64 (x), with the
 quartiles of the rounds' CPU ratios in brackets.
+
+``--telemetry`` compares traces instead (docs/telemetry.md), against a local OTLP/HTTP receiver
+that accepts and discards (bench/otlp_sink.py, a process of its own):
+
+    off     no telemetry
+    otel-1  ``telemetry.otlp`` with ``sample_ratio: 1.0``: every request traced and exported
+    otel-01 ``sample_ratio: 0.01``
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 import canned
@@ -35,6 +43,7 @@ import gateways
 import load
 from ab import measure
 from gateways import Gateway
+from procs import Service, free_port, wait_http
 
 PROFILES = ("plain-1", "plain-64")
 WARM_UP_SECONDS = 2
@@ -45,15 +54,24 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--telemetry", action="store_true", help="traces, not limits")
     args = parser.parse_args()
     profiles = [load.PROFILES[name] for name in PROFILES]
     with tempfile.TemporaryDirectory(prefix="limits-") as tmp_name:
         tmp = Path(tmp_name)
         nginx, nginx_port = canned.start_upstream(tmp)
-        redis, redis_port = gateways.start_redis(tmp)
-        state = f"{{redis: 'redis://127.0.0.1:{redis_port}/0'}}"
-        sides = (("off", "", ""), ("memory", gateways.TEAM_LIMITS, ""),
-                 ("redis", gateways.TEAM_LIMITS, state))  # fmt: skip
+        services = ExitStack()
+        sides: Sequence[Side]
+        if args.telemetry:
+            sink = services.enter_context(_sink(tmp))
+            sides = (("off", "", ""), ("otel-1", "", _otlp(sink, 1.0)),
+                     ("otel-01", "", _otlp(sink, 0.01)))  # fmt: skip
+        else:
+            redis, redis_port = gateways.start_redis(tmp)
+            services.callback(redis.stop)
+            state = f"state: {{redis: 'redis://127.0.0.1:{redis_port}/0'}}"
+            sides = (("off", "", ""), ("memory", gateways.TEAM_LIMITS, ""),
+                     ("redis", gateways.TEAM_LIMITS, state))  # fmt: skip
         results: dict[str, dict[str, list[tuple[float, float] | None]]] = {
             name: {p.name: [] for p in profiles} for name, _, _ in sides
         }
@@ -73,24 +91,56 @@ def main() -> int:
                         gateway.stop()
                 print(f"round {number + 1}/{args.rounds} done", flush=True)
         finally:
-            redis.stop()
+            services.close()
             nginx.stop()
     report(args, results)
     return 0
+
+
+# (name, the bench team's limits, a line of configuration to add)
+Side = tuple[str, str, str]
+
+
+class _Sink:
+    def __init__(self, service: Service, port: int) -> None:
+        self.service = service
+        self.port = port
+
+    def __enter__(self) -> int:
+        return self.port
+
+    def __exit__(self, *_: object) -> None:
+        self.service.stop()
+
+
+def _sink(tmp: Path) -> _Sink:
+    port = free_port()
+    here = Path(__file__).resolve().parent
+    service = Service(
+        "otlp-sink", [sys.executable, str(here / "otlp_sink.py"), str(port)], tmp / "sink.log"
+    )
+    wait_http(f"http://127.0.0.1:{port}/", service, 30)
+    return _Sink(service, port)
+
+
+def _otlp(port: int, ratio: float) -> str:
+    return f"telemetry: {{otlp: {{endpoint: 'http://127.0.0.1:{port}', sample_ratio: {ratio}}}}}"
 
 
 def start_all(
     nginx_port: int,
     workers: int,
     tmp: Path,
-    sides: Sequence[tuple[str, str, str]],
+    sides: Sequence[Side],
     profiles: list[load.Profile],
 ) -> list[Gateway]:
     """The sides' gateways, started, checked and warmed up (not counted)."""
     started: list[Gateway] = []
     try:
-        for name, limits, store in sides:
-            gateway = gateways.start_ours(nginx_port, workers, tmp, None, name, limits, store)
+        for name, limits, extra in sides:
+            gateway = gateways.start_ours(
+                nginx_port, workers, tmp, None, name, limits, extra=[extra] if extra else []
+            )
             started.append(gateway)
             problem = load.check_request(gateway, "plain")
             if problem is not None:

@@ -41,6 +41,7 @@ from proxy.core.limits.config import (
     parse_state,
 )
 from proxy.core.prices import Price, file_prices, parse_prices, price_for
+from proxy.core.telemetry_config import Otlp, parse_telemetry
 from proxy.core.yaml_readers import (
     Checker,
     Invalid,
@@ -104,6 +105,8 @@ class Provider:
     # api: anthropic: the anthropic-beta values a client sends that are not passed on to it (a
     # backend that refuses betas newer than it knows: docs/anthropic-face.md).
     drop_betas: tuple[str, ...] = ()
+    # Its gen_ai.provider.name on traces, for a host the proxy does not know (docs/telemetry.md).
+    telemetry_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +217,8 @@ class Config:
     state: State = field(default_factory=State)
     admin_digests: tuple[bytes, ...] = field(default=(), repr=False)
     cache: CacheConfig | None = None  # None: no response cache (docs/cache.md)
+    # OpenTelemetry export (docs/telemetry.md); None: nothing is traced.
+    telemetry: Otlp | None = None
 
 
 def key_digest(key: str) -> bytes:
@@ -268,6 +273,12 @@ def parse_config(
     state, state_secrets = parse_state(ck, root.get("state"))
     cache = parse_cache(ck, root.get("cache"), state.shared is not None)
     secrets += state_secrets
+    telemetry = parse_telemetry(
+        ck, root.get("telemetry"), lambda raw, path: _string_map(ck, raw, path, _header_name)
+    )
+    if telemetry is not None:
+        # Its headers carry the collector's credentials: redacted as a provider's are.
+        secrets += [v for v in telemetry.headers.values() if len(v) >= SECRET_MIN]
     for provider in providers.values():
         secrets += _provider_secrets(ck, provider)
     if metrics.token:
@@ -294,6 +305,7 @@ def parse_config(
         state,
         admin_digests,
         cache,
+        telemetry,
     )
 
 
@@ -377,6 +389,7 @@ _TOP_KEYS = frozenset(
         "state",
         "admin",
         "cache",
+        "telemetry",
     }
 )
 _SERVER_KEYS = frozenset(f.name for f in fields(Server))
@@ -499,6 +512,7 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         max_connections=ck.optional(node, "max_connections", path, _positive_int, MAX_CONNECTIONS),
         responses=responses,
         drop_betas=drop_betas,
+        telemetry_name=ck.optional(node, "telemetry_name", path, _telemetry_name, None),
     )
 
 
@@ -713,6 +727,14 @@ def _header_name(name: str) -> str:
         raise Invalid("not a valid header name")
     if name.lower() in _FRAMING_HEADERS:
         raise Invalid("is set by the proxy for each request")
+    return name
+
+
+def _telemetry_name(value: object) -> str:
+    # A gen_ai.provider.name: a lowercase name such as "my_vllm" or "acme.inference".
+    name = text(value)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
+        raise Invalid("must be a lowercase name of letters, digits, '.', '_' or '-'")
     return name
 
 

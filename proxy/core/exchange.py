@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from proxy.core.errors import ProxyError
 from proxy.core.prices import Price
 from proxy.core.usage import Usage
+
+if TYPE_CHECKING:
+    from proxy.core.config import Deployment, Provider
+    from proxy.core.request import ClientRequest
 
 # Label values for requests that never got as far as a configured team, model or provider:
 # metric labels stay bounded whatever keys and model names clients make up.
@@ -16,6 +21,30 @@ NO_PROVIDER = "none"
 
 # What of a path the access log keeps: enough for any API path, and a bound on a made-up one.
 PATH_MAX = 256
+
+
+class Trace(Protocol):
+    """A traced request's spans (``proxy.ops.telemetry``): its own, and one per attempt."""
+
+    # The trace's id (32 hex digits) when it is sampled, for the access log; else None.
+    trace_id: str | None
+
+    def attempt(
+        self,
+        exchange: Exchange,
+        provider: Provider,
+        deployment: Deployment,
+        request: ClientRequest,
+    ) -> bytes:
+        """An attempt of ``exchange`` begins: its span is started, and the header lines
+        returned (each ending in CRLF) carry its context upstream (``traceparent``,
+        ``tracestate``). (The trace holds no reference to its exchange, which holds it.)"""
+
+    def attempt_failed(self, error: ProxyError) -> None:
+        """The attempt begun last failed before the client got anything: its span ends."""
+
+    def end(self, exchange: Exchange) -> None:
+        """The request ended (its stream too): the last attempt's span and its own end."""
 
 
 @dataclass(slots=True)
@@ -52,6 +81,7 @@ class Exchange:
     headers: dict[str, str] | None = None
     cache: str | None = None  # "hit", "miss" or "bypass" for a cached model's (docs/cache.md)
     saved: Usage | None = None  # a hit's: the stored answer's usage, which it did not spend
+    trace: Trace | None = None  # when telemetry is configured (docs/telemetry.md)
 
     def __post_init__(self) -> None:
         self.path = self.path[:PATH_MAX]

@@ -54,7 +54,7 @@ from proxy.http.messages import (
 from proxy.http.pipe import Relays
 from proxy.http.pool import Pool
 from proxy.http.reply import JsonReply
-from proxy.http.state import Observer, Runtime, State
+from proxy.http.state import Observer, Runtime, State, Tracing
 from proxy.http.upstream import UpstreamClient
 
 __all__ = ["Gateway", "Handler", "Observer", "Runtime", "State", "error_response"]
@@ -186,8 +186,9 @@ class Gateway:
         observers: Sequence[Observer] = (),
         extra_routes: Mapping[str, Handler] | None = None,
         worker_socket: str | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
-        self.state = State(Runtime.from_config(config), observers=observers)
+        self.state = State(Runtime.from_config(config), observers=observers, tracing=tracing)
         # The supervisor's state store, when this is one of several workers (docs/limits.md).
         self._worker_socket = worker_socket
         # Paths outside the API, GET (and HEAD) only: probes and /metrics, neither metered nor
@@ -285,6 +286,8 @@ class Gateway:
         if anthropic:
             # Anthropic's SDKs read the request's id from request-id, on every answer.
             exchange.headers = {"request-id": exchange.request_id}
+        if state.tracing is not None:
+            exchange.trace = state.tracing.start(request.method, request.headers, exchange)
         for observer in observers:
             observer.started(exchange)
         response: web.StreamResponse

@@ -219,6 +219,7 @@ async def handle_completion(
         breakers = runtime.breakers[model.name]
         plan = AttemptPlan(model, breakers, config.routing.policy, runtime.rng.random)
         last_error: ProxyError | None = None
+        trace = exchange.trace
         while (attempt := plan.next(loop.time())) is not None:
             deployment = attempt.deployment
             if attempt.probe:
@@ -226,6 +227,9 @@ async def handle_completion(
             provider = config.providers[deployment.provider]
             exchange.provider = provider.name
             exchange.price = config.prices.get((model.name, provider.name, deployment.model))
+            extra = b""
+            if trace is not None:
+                extra = trace.attempt(exchange, provider, deployment, client_request)
             try:
                 response = await _attempt(
                     request,
@@ -238,16 +242,21 @@ async def handle_completion(
                     client_request,
                     call,
                     None if caching is None else caching.kept,
+                    extra,
                 )
             except _Unservable as unservable:
                 # This deployment's API cannot say what the request asks; another's may.
                 last_error = handled(unservable.refusal)
+                if trace is not None:
+                    trace.attempt_failed(last_error)
                 if plan.pass_over(loop.time()):
                     continue
                 raise last_error from None
             except ProxyError as exc:
                 # Whatever the upstream said, before it is logged or answered (docs/security.md).
                 last_error = runtime.redact.error(handled(exc))
+                if trace is not None:
+                    trace.attempt_failed(last_error)
                 _circuit(state, model, deployment, plan.report(loop.time(), exc))
                 delay = plan.retry_delay(loop.time(), exc)
                 if delay is None or not isinstance(exc, UpstreamError):
@@ -404,12 +413,13 @@ async def _attempt(
     client_request: ClientRequest,
     call: Call | None,
     kept: Kept | None,
+    extra: bytes,
 ) -> web.StreamResponse:
     """One try at one deployment: send, wait for the answer's headers, relay it.
 
     ``call``: a request in another API's shape (the Responses API, Anthropic's Messages), made
     the chat request ``client_request``; passed through as it came to a provider that speaks
-    that API itself."""
+    that API itself. ``extra``: header lines of this attempt's own (its trace context)."""
     passthrough = passes_through(call, provider)
     endpoint = upstream_endpoint(call, client_request, passthrough)
     target = runtime.targets[provider.name]
@@ -446,7 +456,7 @@ async def _attempt(
             await _wait_for_slot(target.slots, timer, provider)
         try:
             response = await state.client.send(
-                destination, target, body, stream=client_request.stream
+                destination, target, body, stream=client_request.stream, extra=extra
             )
         except asyncio.CancelledError:
             if not timer.expired():

@@ -12,12 +12,12 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from proxy.core.auth import KeyRing
 from proxy.core.circuit import CircuitBreaker
 from proxy.core.config import Config, Deployment, Model, Routing
-from proxy.core.exchange import Exchange
+from proxy.core.exchange import Exchange, Trace
 from proxy.core.prices import Price
 from proxy.core.redact import Redactor
 from proxy.core.routing import ModelTable
@@ -60,6 +60,10 @@ class Observer:
         """``count`` lines of log (access or diagnostic) were dropped: the worker's stderr was
         not being read (``proxy.ops.outlet``)."""
 
+    def spans_dropped(self, count: int) -> None:
+        """``count`` spans were lost on their way to the OpenTelemetry collector (its queue
+        was full, or an export failed: ``proxy.ops.telemetry``)."""
+
     def state_changed(self, up: bool) -> None:
         """The limits' state store (Redis, or the supervisor's) answers again, or failed."""
 
@@ -79,6 +83,13 @@ class Observer:
 
     def close(self) -> None:
         """The worker is stopping, its requests are over: write out anything still held."""
+
+
+class Tracing(Protocol):
+    """Starts the trace of each API request (``proxy.ops.telemetry``, when configured)."""
+
+    def start(self, method: str, headers: Mapping[str, str], exchange: Exchange) -> Trace:
+        """The request's SERVER span, continuing the ``traceparent`` in ``headers``."""
 
 
 def deployment_key(model: Model, deployment: Deployment) -> DeploymentKey:
@@ -203,5 +214,6 @@ class State:
     relays: Relays | None = None  # the running loop's streams with data to relay, likewise
     limiter: Limiter | None = None  # from the gateway's start to its close
     cache: ResponseCache | None = None  # likewise, when the configuration has a cache
+    tracing: Tracing | None = None  # None: nothing is traced, nothing paid
     ready: bool = False
     collecting: Collecting = field(default_factory=Collecting)

@@ -343,15 +343,24 @@ class UpstreamClient:
         self.pool = pool
 
     async def send(
-        self, destination: Destination, target: Target, body: bytes, *, stream: bool
+        self,
+        destination: Destination,
+        target: Target,
+        body: bytes,
+        *,
+        stream: bool,
+        extra: bytes = b"",
     ) -> UpstreamResponse:
-        """Send the request and wait for the response headers.
+        """Send the request and wait for the response headers; ``extra``: header lines of this
+        request's own (a trace's ``traceparent``), each ending in CRLF.
 
         Callers bound the wait with their own first-byte deadline, and hold one of the target's
         ``slots``: the response gives it back once done with, or this if there is none; a
         non-200 answer raises ``UpstreamStatusError`` with the upstream's message.
         """
         head = destination.stream_head if stream else destination.head
+        if extra:
+            head += extra
         pool = self.pool
         origin = destination.origin
         response: UpstreamResponse | None = None

@@ -4,10 +4,11 @@ Fields (``access_record``): ts (ISO-8601 UTC, when the request finished), reques
 model, provider, endpoint, path (the request's, at most 256 characters), stream, status,
 error_type, upstream_error, prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens,
 usage_source, cost_usd, duration_s, ttft_s, overhead_s, upstream_s, client_disconnected,
-fixes, cache (hit, miss or bypass, for a model the response cache covers). The tokens are those
-the metrics count (``proxy.core.metering.metered_usage``), null when nothing was metered;
-cost_usd is what they cost by the configured prices, null when the model has none. No key,
-prompt, completion or header is ever written: the ``Exchange`` holds none.
+fixes, cache (hit, miss or bypass, for a model the response cache covers); and trace_id when
+the request was traced and sampled (docs/telemetry.md). The tokens are those the metrics count
+(``proxy.core.metering.metered_usage``), null when nothing was metered; cost_usd is what they
+cost by the configured prices, null when the model has none. No key, prompt, completion or
+header is ever written: the ``Exchange`` holds none.
 
 The lines are a data stream, like nginx's access log, not diagnostics: they go straight to the
 worker's ``Outlet``, without ``logging``, which cost measurably more and a write(2) per line.
@@ -46,7 +47,7 @@ def access_record(exchange: Exchange, ts: datetime) -> dict[str, Any]:
     """The access log fields of a finished request."""
     status = status_of(exchange)
     usage = metered_usage(exchange, status)
-    return {
+    record = {
         "ts": ts,
         "request_id": exchange.request_id,
         "team": exchange.team,
@@ -73,6 +74,10 @@ def access_record(exchange: Exchange, ts: datetime) -> dict[str, Any]:
         "fixes": sorted(counted_fixes(exchange)),
         "cache": exchange.cache,  # hit, miss or bypass for a cached model (docs/cache.md)
     }
+    trace = exchange.trace
+    if trace is not None and trace.trace_id is not None:
+        record["trace_id"] = trace.trace_id  # joins the line to its trace (docs/telemetry.md)
+    return record
 
 
 def _now() -> datetime:

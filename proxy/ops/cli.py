@@ -16,6 +16,7 @@ from proxy.core.config import hash_key, load_config
 from proxy.core.errors import ConfigError
 from proxy.core.routing import describe_routes
 from proxy.ops.server import Listen, run, serve, serve_worker
+from proxy.ops.telemetry import telemetry_problems
 
 # Shipped in the package (a link to config/demo.yaml in the repository).
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo.yaml"
@@ -81,6 +82,9 @@ def _check_config(path: Path) -> int:
     except ConfigError as error:
         _print_problems(path, error)
         return 2
+    if problems := telemetry_problems(config):
+        _print_problems(path, ConfigError(problems))
+        return 2
     print(f"{path}: OK")
     for line in describe_routes(config):
         print(f"  {line}")
@@ -92,6 +96,10 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     except ConfigError as error:
         _print_problems(args.config, error)
+        return 2
+    if problems := telemetry_problems(config):
+        # Refused before any worker starts: never a process that serves and traces nothing.
+        _print_problems(args.config, ConfigError(problems))
         return 2
     workers = args.workers if args.workers is not None else config.server.workers
     if workers < 1:

@@ -298,6 +298,14 @@ _METRICS: Final = (
         "Tokens that answers from the response cache did not spend upstream, by type.",
         ("team", "model", "type"),
     ),
+    _Spec(
+        "telemetry_dropped_spans",
+        "counter",
+        "llm_proxy_telemetry_dropped_spans_total",
+        "Trace spans lost on their way to the OpenTelemetry collector: its queue was full, or"
+        " an export failed (docs/telemetry.md).",
+        (),
+    ),
 )
 
 
@@ -329,6 +337,7 @@ class ProxyMetrics(Observer):
     log_lines_dropped: Counter
     cache_requests: _Children[Counter]
     cache_tokens_saved: _Children[Counter]
+    telemetry_dropped_spans: Counter
 
     def __init__(
         self,
@@ -500,6 +509,9 @@ class ProxyMetrics(Observer):
 
     def lines_dropped(self, count: int) -> None:
         self._count(self.log_lines_dropped, count)
+
+    def spans_dropped(self, count: int) -> None:
+        self._count(self.telemetry_dropped_spans, count)
 
     def _route(
         self, team: str, model: str, provider: str, endpoint: str, stream: str, status: str

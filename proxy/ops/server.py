@@ -29,7 +29,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from aiohttp import web
@@ -38,6 +38,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from proxy.core.config import Config, load_config
 from proxy.core.errors import ConfigError, InvalidRequest, ProxyError, error_body
+from proxy.core.telemetry_config import Otlp
 from proxy.http.app import Gateway, Observer, Runtime, State
 from proxy.http.reply import JsonReply
 from proxy.ops.access_log import AccessLog
@@ -46,6 +47,9 @@ from proxy.ops.limits.metrics import LimitMetrics
 from proxy.ops.limits.state_service import StateService
 from proxy.ops.metrics import Exposition, ProxyMetrics, metrics_app, metrics_routes
 from proxy.ops.outlet import Outlet, OutletHandler
+
+if TYPE_CHECKING:
+    from proxy.ops.telemetry.setup import Telemetry
 
 log = logging.getLogger("proxy.server")
 
@@ -256,6 +260,24 @@ async def serve_worker(
         log.info("worker %d draining (up to %g s)", os.getpid(), config.server.drain_seconds)
 
 
+def _start_telemetry(otlp: Otlp, observers: Sequence[Observer]) -> Telemetry:
+    """The worker's telemetry (the SDK is imported only now), its lost spans told to
+    ``observers``. The supervisor checked its settings already (``telemetry_problems``)."""
+    from proxy.ops.telemetry.setup import BatchSettingsError, start_telemetry
+
+    try:
+        return start_telemetry(
+            otlp, asyncio.get_running_loop(), partial(_tell_spans_dropped, observers)
+        )
+    except BatchSettingsError as exc:
+        raise SystemExit(f"telemetry: {exc}") from None
+
+
+def _tell_spans_dropped(observers: Sequence[Observer], count: int) -> None:
+    for observer in observers:
+        observer.spans_dropped(count)
+
+
 def _worker_gateway(
     config: Config, exposition: Exposition, outlet: Outlet, state_socket: str | None
 ) -> Gateway:
@@ -263,11 +285,18 @@ def _worker_gateway(
     /metrics among its routes unless the metrics have a port of their own."""
     metrics = config.metrics
     on_main = metrics.enabled and metrics.port is None
+    observers = make_observers(config, exposition.registry, outlet)
+    tracing = None
+    if config.telemetry is not None:
+        telemetry = _start_telemetry(config.telemetry, observers)
+        observers.append(telemetry)
+        tracing = telemetry.tracing
     gateway = Gateway(
         config,
-        observers=make_observers(config, exposition.registry, outlet),
+        observers=observers,
         extra_routes=metrics_routes(exposition, metrics.token) if on_main else None,
         worker_socket=state_socket,
+        tracing=tracing,
     )
     outlet.on_dropped = partial(_tell_dropped, gateway.state.observers)
     return gateway

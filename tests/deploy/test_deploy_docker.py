@@ -167,12 +167,11 @@ def test_two_stages_of_one_python_the_final_one_slim() -> None:
     # checks the image built)
     assert any(re.search(r"-m pip uninstall [^&]* pip\b", run) for run in final.all("RUN"))
     # Only runtime dependencies in the virtualenv, which has no pip: the project, not editable,
-    # without extras, its bytecode compiled.
+    # with the otel extra alone (docs/telemetry.md), its bytecode compiled.
     assert any("venv --without-pip /opt/llm-proxy" in run for run in build.all("RUN"))
     (install,) = [" ".join(run.split()) for run in build.all("RUN") if "install" in run]
-    assert install == "pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile .", (
-        install
-    )
+    expected = 'pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile "./[otel]"'
+    assert install == expected, install
 
 
 def test_the_process_runs_unprivileged_and_gets_sigterm() -> None:

@@ -23,6 +23,7 @@ UNLABELLED = (
     "llm_proxy_log_lines_dropped_total",
     "llm_proxy_state_up",
     "llm_proxy_settlements_dropped_total",
+    "llm_proxy_telemetry_dropped_spans_total",
 )
 LIMITS = {
     "requests_per_minute": 1000,
@@ -40,14 +41,14 @@ def running() -> Iterator[Stage]:
 
 def test_docs_list_metrics_with_types_and_labels() -> None:
     table = readme_metrics()
-    assert len(table) == 26
+    assert len(table) == 27
     for name, (kind, labels) in table.items():
         assert name.startswith("llm_proxy_")
         assert kind in ("counter", "gauge", "histogram")
         assert (kind == "counter") == name.endswith("_total")
         assert (kind == "histogram") == name.endswith("_seconds")
-        # Every metric is by something, but for what concerns the worker's stderr or the
-        # limits' state store as a whole.
+        # Every metric is by something, but for what concerns the worker's stderr, the
+        # limits' state store or the telemetry's collector as a whole.
         assert bool(labels) != (name in UNLABELLED)
 
 
