@@ -88,12 +88,18 @@ def _private_of(base: object) -> set[str]:
     return names
 
 
-def _resolve(dotted: str) -> object:
+def _resolve(dotted: str) -> object | None:
+    """What ``dotted`` names; None for an optional extra's that is not installed here (the
+    run with every extra checks it)."""
     module, _, attribute = dotted.rpartition(".")
     try:
         return getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError, ValueError):
+        pass
+    try:
         return importlib.import_module(dotted)
+    except ImportError:
+        return None
 
 
 def private_uses(sources: dict[str, str], package: str = "proxy") -> list[str]:
@@ -135,7 +141,9 @@ def private_uses(sources: dict[str, str], package: str = "proxy") -> list[str]:
                 origin = imported.get(head)
                 if origin is None or origin.partition(".")[0] == package:
                     continue
-                private |= _private_of(_resolve(f"{origin}.{rest}" if rest else origin))
+                resolved = _resolve(f"{origin}.{rest}" if rest else origin)
+                if resolved is not None:
+                    private |= _private_of(resolved)
             for node in ast.walk(cls):
                 if (
                     isinstance(node, ast.Attribute)

@@ -19,6 +19,10 @@ from typing import Any
 import openai
 import pytest
 
+# The otel extra's (pyproject.toml): the lowest-versions pass runs without it.
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("opentelemetry.proto")
+
 from tests.support.harness import free_port, start_site
 from tests.support.metrics import (
     ALPHA_KEY,
@@ -34,8 +38,6 @@ from tests.support.metrics import (
 )
 from tests.support.otlp import ReceivedSpan, Receiver
 
-pytest.importorskip("opentelemetry.sdk")
-
 MODELS: dict[str, Any] = {
     "gpt": {"provider": "emu", "model": "openai"},
     "claude": {"provider": "emu-anthropic", "model": "anthropic"},
@@ -49,6 +51,14 @@ MODELS: dict[str, Any] = {
     },
     "broken": {"provider": "emu", "model": "openai@status=500"},
     "stalled": {"provider": "emu", "model": "openai.chat.stream.sse@stall-after=2000"},
+}
+# The model each recording the emulator plays says it is (gen_ai.response.model).
+UPSTREAM_MODELS = {
+    "gpt": "gpt-4.1-nano-2025-04-14",
+    "claude": "claude-sonnet-4-5-20250929",
+    "gemini": "gemini-3-pro-preview",
+    "completions": "gpt-3.5-turbo-instruct:20230824-v2",
+    "responses": "gpt-4.1-nano-2025-04-14",  # answered through chat
 }
 
 
@@ -124,6 +134,7 @@ def test_every_request_is_a_trace_continuing_the_clients(
     config = _config(tmp_path, emulator, endpoint, metrics=True)
     _forget_upstream_requests(emulator)
     asked: dict[str, tuple[str, str]] = {}  # trace id -> (what, parent span id)
+    answer_ids: dict[str, str] = {}  # trace id -> the id of the answer the client got
     with serve(config, 2, tmp_path / "tmp") as served, _client(served.url) as client:
         for model in ("gpt", "claude", "gemini"):
             for stream in (False, True):
@@ -137,8 +148,10 @@ def test_every_request_is_a_trace_continuing_the_clients(
                     **({"stream_options": {"include_usage": True}} if stream else {}),
                 )
                 if stream:
-                    for _ in made:  # type: ignore[union-attr]
-                        pass
+                    for chunk in made:  # type: ignore[union-attr]
+                        answer_ids[trace_id] = chunk.id
+                else:
+                    answer_ids[trace_id] = made.id  # type: ignore[union-attr]
         # The other endpoints: legacy completions, and the Responses API (translated to chat).
         header, trace_id, parent = _traceparent()
         asked[trace_id] = ("completions", parent)
@@ -214,6 +227,8 @@ def test_every_request_is_a_trace_continuing_the_clients(
         if what == "fallback":
             assert len(attempts) == 2
             assert attempts[0].error and attempts[0].attributes["error.type"] == "500"
+            assert "gen_ai.response.id" not in attempts[0].attributes
+            assert last["gen_ai.response.model"] == UPSTREAM_MODELS["gpt"]
             assert not attempts[1].error and not server.error
             assert server.attributes["http.response.status_code"] == 200
         elif what == "broken":
@@ -226,6 +241,8 @@ def test_every_request_is_a_trace_continuing_the_clients(
         elif what in ("completions", "responses"):
             assert len(attempts) == 1 and not server.error and not attempts[0].error
             assert last["gen_ai.usage.output_tokens"] > 0
+            assert last["gen_ai.response.model"] == UPSTREAM_MODELS[what], what
+            assert last["gen_ai.response.finish_reasons"], what
         else:
             model, kind = what.split("/")
             assert len(attempts) == 1 and not server.error and not attempts[0].error
@@ -236,6 +253,11 @@ def test_every_request_is_a_trace_continuing_the_clients(
             assert last["server.address"] == "127.0.0.1"
             if kind == "stream":
                 assert last["gen_ai.response.time_to_first_chunk"] >= 0
+            # What the answer said of itself: the client's id, the upstream's model as the
+            # recording has it (the client saw its own name), how its one choice ended.
+            assert last["gen_ai.response.id"] == answer_ids[trace_id], what
+            assert last["gen_ai.response.model"] == UPSTREAM_MODELS[model], what
+            assert last["gen_ai.response.finish_reasons"] == ("stop",), what
 
     # Usage on the spans is what Prometheus counted, model by model.
     for model in ("gpt", "claude", "gemini", "fallback"):  # gpt: chat, completions, responses
