@@ -12,7 +12,13 @@ from typing import Final
 import orjson
 from aiohttp import web
 
-from proxy.core.errors import InvalidRequest, ProxyError, UpstreamTimeout
+from proxy.core.errors import (
+    InvalidRequest,
+    ProxyError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    handled,
+)
 from proxy.core.exchange import Exchange
 from proxy.core.limits.admission import prompt_estimate
 from proxy.core.request import encode_body, read_object
@@ -100,10 +106,30 @@ async def handle_count_tokens(
                 await target.slots.wait()
             response = await state.client.send(destination, target, sent, stream=False)
             try:
-                answer = await read_whole(response, config.server.max_response_bytes)
+                answer = await read_whole(response, COUNT_BYTES)
             finally:
                 response.close()
     except TimeoutError:
         raise UpstreamTimeout(f"The upstream did not answer within {seconds:g} s") from None
+    except ProxyError as exc:
+        # Whatever the upstream said, before it is answered (docs/security.md).
+        raise runtime.redact.error(handled(exc)) from None
     exchange.status = 200
-    return JsonReply(answer, headers={USAGE_SOURCE: "upstream"})
+    return JsonReply(_count_of(answer), headers={USAGE_SOURCE: "upstream"})
+
+
+# An answer to count_tokens is a few dozen bytes: far more is no count.
+COUNT_BYTES: Final = 64 * 1024
+
+
+def _count_of(answer: bytes) -> bytes:
+    """The upstream's count as the client gets it: ``{"input_tokens": n}``, whatever else its
+    answer held, which nothing here vouches for."""
+    try:
+        counted = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        counted = None
+    tokens = counted.get("input_tokens") if isinstance(counted, dict) else None
+    if type(tokens) is not int or tokens < 0:
+        raise UpstreamProtocolError("The upstream's count of tokens is not a count")
+    return orjson.dumps({"input_tokens": tokens})

@@ -22,6 +22,7 @@ from tests.support.harness import (
     proxy_config,
     upstream_requests,
 )
+from tests.support.hostile import proxied
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "proxy" / "emulator" / "recordings"
 RPM_KEY = "sk-team-rpm-face-0001"
@@ -350,3 +351,70 @@ def test_an_error_after_the_first_byte_is_an_error_event(root: str) -> None:
     assert names[-1] == b"error" and b"message_stop" not in names
     error = orjson.loads(events[-1][1].removeprefix(b"data: "))
     assert error["type"] == "error" and error["error"]["type"] in ("timeout_error", "api_error")
+
+
+# --- count_tokens from an Anthropic upstream that misbehaves --------------------------------
+
+
+def _answer(status: int, body: bytes) -> Any:
+    async def script(request: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (status, len(body), body)
+        )
+        await writer.drain()
+
+    return script
+
+
+COUNT_SCRIPTS = {
+    "count-extra": _answer(200, b'{"input_tokens": 7, "note": "anything"}'),
+    "count-garbage": _answer(200, b"[1, 2]"),
+    "count-negative": _answer(200, b'{"input_tokens": -1}'),
+    "count-echo": _answer(
+        400,
+        b'{"type":"error","error":{"type":"invalid_request_error","message":"bad key '
+        + UPSTREAM_SECRET.encode()
+        + b'"}}',
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def counting(servers: Servers) -> Iterator[str]:
+    provider = {"api": "anthropic", "api_key": UPSTREAM_SECRET}
+    with proxied(servers, COUNT_SCRIPTS, provider=provider) as (_, url, _):
+        yield url.removesuffix("/v1")
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "body"),
+    [
+        ("count-extra", 200, {"input_tokens": 7}),  # only the count: nothing else vouched for
+        ("count-garbage", 502, None),
+        ("count-negative", 502, None),
+        ("count-echo", 400, None),
+    ],
+)
+def test_count_tokens_holds_the_upstreams_answer(
+    counting: str, model: str, status: int, body: dict[str, Any] | None
+) -> None:
+    async def count() -> tuple[int, bytes]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{counting}/v1/messages/count_tokens",
+                json={"model": model, "messages": HELLO},
+                headers={"x-api-key": TEAM_KEY, "anthropic-version": "2023-06-01"},
+            ) as response,
+        ):
+            return response.status, await response.read()
+
+    got, raw = asyncio.run(count())
+    assert got == status, raw
+    answer = orjson.loads(raw)
+    if body is not None:
+        assert answer == body
+    else:
+        assert answer["type"] == "error"
+        assert UPSTREAM_SECRET not in raw.decode()
