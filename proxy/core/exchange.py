@@ -23,6 +23,17 @@ NO_PROVIDER = "none"
 PATH_MAX = 256
 
 
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What the answer that went to the client said of itself (``gen_ai.response.*``): its id
+    as the client got it, the model the upstream said it used (the client sees its own name),
+    and each choice's finish reason, in index order. Made only for a traced request."""
+
+    id: str | None
+    model: str | None
+    finish_reasons: tuple[str, ...] = ()
+
+
 class Trace(Protocol):
     """A traced request's spans (``proxy.ops.telemetry``): its own, and one per attempt."""
 
@@ -82,6 +93,7 @@ class Exchange:
     cache: str | None = None  # "hit", "miss" or "bypass" for a cached model's (docs/cache.md)
     saved: Usage | None = None  # a hit's: the stored answer's usage, which it did not spend
     trace: Trace | None = None  # when telemetry is configured (docs/telemetry.md)
+    answered: Answered | None = None  # set for a traced request only (``Trace.end`` reads it)
 
     def __post_init__(self) -> None:
         self.path = self.path[:PATH_MAX]

@@ -13,6 +13,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from proxy.core.config import Provider
+from proxy.core.exchange import Answered
 from proxy.core.usage import Usage
 
 Attributes = dict[str, str | bool | int | float | tuple[str, ...]]
@@ -133,4 +134,17 @@ def usage_attributes(usage: Usage | None, cost_usd: float | None) -> Attributes:
         attributes["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
     if cost_usd is not None:
         attributes["llm_proxy.cost_usd"] = cost_usd
+    return attributes
+
+
+def response_attributes(answered: Answered) -> Attributes:
+    """What the answer said of itself: its id, the model the upstream said it used, and how
+    each choice ended."""
+    attributes: Attributes = {}
+    if answered.id is not None:
+        attributes["gen_ai.response.id"] = answered.id
+    if answered.model is not None:
+        attributes["gen_ai.response.model"] = answered.model
+    if answered.finish_reasons:
+        attributes["gen_ai.response.finish_reasons"] = answered.finish_reasons
     return attributes

@@ -224,6 +224,8 @@ def _normalized(
         ) from None
     exchange.usage = normalized.usage
     exchange.fixes = normalized.fixes
+    if exchange.trace is not None:
+        exchange.answered = normalized.answered
     if kept is not None:
         kept.whole(normalized.body, normalized.usage)
     body = normalized.body if presenter is None else presenter.whole(normalized.body)
@@ -260,6 +262,8 @@ async def relay_stream(
         finally:
             exchange.usage = normalizer.usage
             exchange.fixes = frozenset(normalizer.fixes)
+            if exchange.trace is not None:
+                exchange.answered = normalizer.answered
             answer.response.close()
     except Exception:
         if opening.started is None:
@@ -605,6 +609,8 @@ async def _stream_as_whole(
         answer.response.close()
         exchange.usage = normalizer.usage
         exchange.fixes = frozenset(normalizer.fixes)
+        if exchange.trace is not None:
+            exchange.answered = normalizer.answered
     if normalizer.error is not None:
         raise normalizer.error
     assert collector.usage is not None  # asked for (include_usage), it comes before [DONE]

@@ -23,7 +23,12 @@ from proxy.core.fix_names import FIX_ENVELOPE, FIX_EXTRAS, FIX_USAGE
 from proxy.core.request import embedding_inputs
 from proxy.core.usage import Usage, estimate_tokens
 from proxy.normalize.dialects import DIALECTS
-from proxy.normalize.fields import RequestContext, upstream_error, upstream_object
+from proxy.normalize.fields import (
+    RequestContext,
+    upstream_error,
+    upstream_model,
+    upstream_object,
+)
 from proxy.normalize.whole import Normalized
 
 _RESPONSE_KEYS: Final = frozenset({"object", "data", "model", "usage"})
@@ -88,7 +93,7 @@ def normalize_embeddings(raw: bytes, ctx: RequestContext) -> Normalized:
         "model": ctx.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
-    return Normalized(orjson.dumps(out), usage, frozenset(fixes))
+    return Normalized(orjson.dumps(out), usage, frozenset(fixes), None, upstream_model(body))
 
 
 def _ordered(data: list[Any], fixes: set[str]) -> list[object]:

@@ -20,6 +20,7 @@ from proxy.core.request import Endpoint
 from proxy.normalize.tables import (
     CHAT_LOGPROBS_KEYS,
     COMPLETION_LOGPROBS_KEYS,
+    ENVELOPE_TEXT_MAX,
     ERROR_FINISH_REASONS,
     FINISH_REASONS,
     NO_FINISH_REASON,
@@ -182,6 +183,13 @@ def completion_logprobs(value: object) -> dict[str, Any] | None:
 
 def service_tier(value: object) -> str | None:
     return value if isinstance(value, str) and value in SERVICE_TIERS else None
+
+
+def upstream_model(body: dict[str, Any]) -> str | None:
+    """The model an upstream's answer (or chunk) says it is (``gen_ai.response.model``), as it
+    came: the client's answer carries the client's name instead."""
+    model = body.get("model")
+    return model if type(model) is str and 0 < len(model) <= ENVELOPE_TEXT_MAX else None
 
 
 def upstream_object(raw: bytes) -> dict[str, Any]:

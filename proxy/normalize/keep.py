@@ -7,6 +7,7 @@ wraps as they are, and the relay keeps a whole body it made anyway."""
 from __future__ import annotations
 
 from proxy.core.errors import ProxyError
+from proxy.core.exchange import Answered
 from proxy.core.sse import Event
 from proxy.core.usage import Usage
 from proxy.normalize.convert import Collector
@@ -56,6 +57,10 @@ class Recording:
     @property
     def usage(self) -> Usage:
         return self._inner.usage
+
+    @property
+    def answered(self) -> Answered:
+        return self._inner.answered
 
     def feed(self, event: Event) -> list[bytes]:
         return self._take(self._inner.feed(event))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from proxy.core.errors import ProxyError
+from proxy.core.exchange import Answered
 from proxy.core.sse import Event
 from proxy.core.usage import Usage
 
@@ -31,6 +32,12 @@ class EventStream(Protocol):
 
     @property
     def usage(self) -> Usage: ...
+
+    @property
+    def answered(self) -> Answered:
+        """What the answer said of itself (``gen_ai.response.*``): asked for a traced request
+        only, at its end."""
+        ...
 
     def feed(self, event: Event) -> list[bytes]: ...
 

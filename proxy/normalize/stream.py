@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import ProxyError, UpstreamProtocolError, error_body
+from proxy.core.exchange import Answered
 from proxy.core.fix_names import (
     FIX_CUT_SHORT,
     FIX_EMPTY_CHUNK,
@@ -55,6 +56,7 @@ from proxy.normalize.fields import (
     service_tier,
     take_text,
     upstream_error,
+    upstream_model,
 )
 from proxy.normalize.tables import (
     ENVELOPE_TEXT_MAX,
@@ -101,6 +103,8 @@ class StreamNormalizer:
         self._fingerprint: str | None = None
         self._tier: str | None = None  # service_tier, canonical (fields.service_tier)
         self._tier_seen: object = None  # the upstream's last service_tier, as it came
+        self._model: str | None = None  # the upstream's model, as it first came (``answered``)
+        self._finishes: tuple[str, ...] = ()  # each choice's, as sent at the end
         self._choices: dict[int, _Choice] = {}
         self._usage: dict[str, Any] | None = None  # reported for the whole response
         self._choice_usage: dict[int, dict[str, Any]] = {}  # reported on one choice's chunks
@@ -198,6 +202,11 @@ class StreamNormalizer:
         if usage is not None:
             return usage_value(usage)
         return estimated_usage(prompt_chars(self.ctx.prompt), self._text_chars, self._text_events)
+
+    @property
+    def answered(self) -> Answered:
+        """What the client's stream said of itself, with the upstream's model."""
+        return Answered(self._id, self._model, self._finishes)
 
     def usage_report(self) -> dict[str, Any]:
         """The usage object the stream shows (or would show, had the client asked for it)."""
@@ -357,6 +366,8 @@ class StreamNormalizer:
             self._created = plausible_created(payload.get("created"))
             if self._created is None:
                 self.fixes.add(FIX_ENVELOPE)
+        if self._model is None:
+            self._model = upstream_model(payload)
         fingerprint = payload.get("system_fingerprint")
         if (
             isinstance(fingerprint, str)
@@ -597,8 +608,12 @@ class StreamNormalizer:
             self.fixes.add(FIX_CUT_SHORT)
             return self.fail(UpstreamProtocolError("The upstream stream was cut short"))
         frames = []
+        finishes = []
         for index in sorted(self._choices):
-            frames.append(encode_data(orjson.dumps(self._envelope([self._finish_choice(index)]))))
+            choice = self._finish_choice(index)
+            finishes.append(choice["finish_reason"])
+            frames.append(encode_data(orjson.dumps(self._envelope([choice]))))
+        self._finishes = tuple(finishes)
         if self.ctx.include_usage:
             chunk = self._envelope([])
             usage = self._final_usage()

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import UpstreamProtocolError
+from proxy.core.exchange import Answered
 from proxy.core.fix_names import (
     FIX_ENVELOPE,
     FIX_EXTRAS,
@@ -42,6 +43,7 @@ from proxy.normalize.fields import (
     service_tier,
     take_text,
     upstream_error,
+    upstream_model,
     upstream_object,
 )
 from proxy.normalize.tables import (
@@ -67,6 +69,14 @@ class Normalized:
     body: bytes
     usage: Usage
     fixes: frozenset[str]
+    # What the answer says of itself (``Answered``), kept apart: only a traced request needs it.
+    response_id: str | None = None
+    response_model: str | None = None  # the upstream's, as it came
+    finish_reasons: tuple[str, ...] = ()
+
+    @property
+    def answered(self) -> Answered:
+        return Answered(self.response_id, self.response_model, self.finish_reasons)
 
 
 def normalize_response(raw: bytes, ctx: RequestContext) -> Normalized:
@@ -148,7 +158,14 @@ def _ordinary(body: dict[str, Any], choices: list[Any], ctx: RequestContext) -> 
         {"index": index, "message": message_out, "logprobs": None, "finish_reason": finish}
     ]
     out["usage"] = usage
-    return Normalized(orjson.dumps(out), usage_value(usage), _NO_FIXES)
+    return Normalized(
+        orjson.dumps(out),
+        usage_value(usage),
+        _NO_FIXES,
+        upstream_id,
+        upstream_model(body),
+        (finish,),
+    )
 
 
 class _Builder:
@@ -204,7 +221,17 @@ class _Builder:
         out = self._envelope(body, "chat.completion" if chat else "text_completion")
         out["choices"] = out_choices
         out["usage"] = usage
-        return Normalized(orjson.dumps(out), value, frozenset(self.fixes))
+        finishes = tuple(
+            choice["finish_reason"] for choice in sorted(out_choices, key=_choice_index)
+        )
+        return Normalized(
+            orjson.dumps(out),
+            value,
+            frozenset(self.fixes),
+            out["id"],
+            upstream_model(body),
+            finishes,
+        )
 
     def _envelope(self, body: dict[str, Any], kind: str) -> dict[str, Any]:
         upstream_id = body.get("id")
@@ -338,6 +365,11 @@ class _Builder:
             "logprobs": completion_logprobs(raw.get("logprobs")),
             "finish_reason": reason,
         }
+
+
+def _choice_index(choice: dict[str, Any]) -> int:
+    index: int = choice["index"]
+    return index
 
 
 def _annotations(raw: object) -> list[dict[str, Any]]:

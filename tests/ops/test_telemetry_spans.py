@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from proxy.core.config import Deployment, Provider
 from proxy.core.errors import UpstreamStatusError
-from proxy.core.exchange import Exchange
+from proxy.core.exchange import Answered, Exchange
 from proxy.core.request import parse_request
 from proxy.core.telemetry_config import Otlp
 from proxy.core.usage import Usage
@@ -48,9 +48,11 @@ def _request(tracing: Tracing, headers: dict[str, str], *, fail_first: bool = Fa
     exchange.team, exchange.model = "research", "gpt"
     if fail_first:
         trace.attempt(exchange, PROVIDER, DEPLOYMENT, REQUEST)
+        exchange.answered = Answered("chatcmpl-cut", "gpt-4o-mini-2024-07-18")  # it broke off
         trace.attempt_failed(UpstreamStatusError("busy", upstream_status=503))
     sent = trace.attempt(exchange, PROVIDER, DEPLOYMENT, REQUEST)
     exchange.usage = Usage(prompt_tokens=7, completion_tokens=3, total_tokens=10)
+    exchange.answered = Answered("chatcmpl-1", "gpt-4o-mini-2024-07-18", ("stop", "length"))
     exchange.status = 200
     exchange.ended = perf_counter()
     trace.end(exchange)
@@ -120,6 +122,7 @@ def test_the_spans_attributes(exported: tuple[InMemorySpanExporter, TracerProvid
     assert (failed.name, failed.kind) == ("chat gpt-4o-mini", SpanKind.CLIENT)
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.attributes is not None and failed.attributes["error.type"] == "503"
+    assert not any(key.startswith("gen_ai.response.") for key in failed.attributes)
     assert answered.attributes == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "emu",
@@ -133,7 +136,26 @@ def test_the_spans_attributes(exported: tuple[InMemorySpanExporter, TracerProvid
         "gen_ai.usage.input_tokens": 7,
         "gen_ai.usage.output_tokens": 3,
         "llm_proxy.usage_source": "upstream",
+        "gen_ai.response.id": "chatcmpl-1",
+        "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
+        "gen_ai.response.finish_reasons": ("stop", "length"),
     }
+
+
+def test_an_answer_that_said_nothing_of_itself_adds_nothing(
+    exported: tuple[InMemorySpanExporter, TracerProvider],
+) -> None:
+    exporter, provider = exported
+    tracing = Tracing(Otlp("http://collector"), provider.get_tracer("t"))
+    exchange = Exchange("req-3", "chat", perf_counter(), path="/v1/chat/completions")
+    exchange.trace = trace = tracing.start("POST", {}, exchange)
+    exchange.answered = Answered("left-over", "from-an-earlier-request")
+    trace.attempt(exchange, PROVIDER, DEPLOYMENT, REQUEST)  # an attempt starts afresh
+    exchange.status, exchange.ended = 502, perf_counter()
+    trace.end(exchange)
+    attempt, _ = exporter.get_finished_spans()
+    assert attempt.attributes is not None
+    assert not any(key.startswith("gen_ai.response.") for key in attempt.attributes)
 
 
 @pytest.mark.parametrize("result", ["hit", "miss", "bypass"])

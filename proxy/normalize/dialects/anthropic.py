@@ -138,6 +138,8 @@ class _Stream:
         chunk: dict[str, Any] = {"object": "chat.completion.chunk"}
         if isinstance(self._id, str):
             chunk["id"] = self._id
+        if "model" in message:
+            chunk["model"] = message["model"]  # the upstream's, for the span (never shown)
         chunk["choices"] = [{"index": 0, "delta": {}, "finish_reason": None}]
         usage = openai_usage(self._counts)
         if usage is not None:
@@ -256,6 +258,8 @@ def adapt_response(body: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
     }
     if "id" in body:
         out["id"] = body["id"]
+    if "model" in body:
+        out["model"] = body["model"]
     usage = body.get("usage")
     if isinstance(usage, dict):
         out["usage"] = openai_usage(usage)

@@ -173,6 +173,8 @@ def _envelope(payload: dict[str, Any], ctx: RequestContext, kind: str) -> dict[s
     response_id = payload.get("responseId")
     if isinstance(response_id, str) and response_id:
         out["id"] = response_id
+    if "modelVersion" in payload:
+        out["model"] = payload["modelVersion"]  # the upstream's, for the span (never shown)
     return out
 
 

@@ -117,11 +117,12 @@ def _error(error: object) -> object:
 class _Stream:
     """One stream's adapter: tool calls are numbered across its lines."""
 
-    __slots__ = ("_calls", "_chat")
+    __slots__ = ("_calls", "_chat", "_named")
 
     def __init__(self, ctx: RequestContext) -> None:
         self._chat = ctx.endpoint == "chat"
         self._calls = 0
+        self._named = False  # the upstream's model went on (every line repeats it)
 
     def __call__(self, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
         if payload.get("error") is not None:
@@ -147,6 +148,9 @@ class _Stream:
             # /api/generate: the text continues the prompt; completions have no reasoning.
             choice["text"] = payload.get("response")
         chunk: dict[str, Any] = {"choices": [choice]}
+        if not self._named and "model" in payload:
+            self._named = True
+            chunk["model"] = payload["model"]  # the upstream's, for the span (never shown)
         when = parse_created(payload.get("created_at"))
         if when is not None:
             chunk["created"] = when

@@ -17,6 +17,7 @@ from typing import Any, Final
 from proxy.core.errors import UpstreamProtocolError
 from proxy.core.redact import Redactor
 from proxy.core.usage import Usage
+from proxy.normalize.fields import upstream_model
 from proxy.normalize.responses.shapes import NOT_NULL, TABLE
 from proxy.normalize.responses.stream import encode_event, response_error
 
@@ -186,6 +187,7 @@ class PassthroughEvents:
         self.redact = redact  # the configured secrets, out of every error text relayed
         self.ended = False  # the terminal event was written
         self.response: dict[str, Any] | None = None  # the latest Response the stream showed
+        self.upstream_model: str | None = None  # the first Response's model, as it came
         self._sequence = 0
         self._done: dict[int, dict[str, Any]] = {}  # output items finished, by output_index
         self._error: dict[str, str] | None = None  # the upstream's last ``error`` event
@@ -205,6 +207,8 @@ class PassthroughEvents:
             return []  # an event type the schema does not know
         kind = held.get("type")
         if isinstance(held.get("response"), dict):
+            if self.upstream_model is None:
+                self.upstream_model = upstream_model(held["response"])
             held["response"] = self.response = hold_response(
                 held["response"], model=self.model, created=self.created, redact=self.redact
             )

@@ -5,15 +5,21 @@ serves the Responses API itself.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
 from proxy.core.errors import ProxyError, UpstreamProtocolError, error_body
+from proxy.core.exchange import Answered
 from proxy.core.sse import Event
 from proxy.core.usage import Usage, estimated_usage, prompt_chars
 from proxy.normalize import ApiFamily
-from proxy.normalize.fields import RequestContext, upstream_error, upstream_object
+from proxy.normalize.fields import (
+    RequestContext,
+    upstream_error,
+    upstream_model,
+    upstream_object,
+)
 from proxy.normalize.present import EventStream
 from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.passthrough import PassthroughEvents, hold_response, metered_usage
@@ -98,6 +104,10 @@ class _PresentedStream:
     def usage(self) -> Usage:
         return self._inner.usage
 
+    @property
+    def answered(self) -> Answered:
+        return self._inner.answered
+
     def feed(self, event: Event) -> list[bytes]:
         return self._present(self._inner.feed(event))
 
@@ -152,6 +162,14 @@ class PassthroughStream:
         # No Response with usage came (the stream failed early): metered as an estimate.
         return estimated_usage(prompt_chars(self._ctx.prompt), 0, 0)
 
+    @property
+    def answered(self) -> Answered:
+        events = self._events
+        response = events.response
+        if response is None:
+            return Answered(None, events.upstream_model)
+        return Answered(response["id"], events.upstream_model, _ended_as(response))
+
     def feed(self, event: Event) -> list[bytes]:
         if self.ended:
             return []
@@ -186,11 +204,27 @@ def passthrough_response(raw: bytes, ctx: RequestContext) -> Normalized:
     if body.get("error") and not body.get("output"):
         # HTTP 200 and an error, as on the chat path: the upstream failed, whatever it says.
         raise upstream_error(body["error"])
+    model = upstream_model(body)
     held = hold_response(body, model=ctx.model, created=ctx.created, redact=ctx.redact)
     usage = metered_usage(held)
     if usage is None:
         usage = estimated_usage(prompt_chars(ctx.prompt), 0, 0)
-    return Normalized(orjson.dumps(held), usage, frozenset())
+    return Normalized(orjson.dumps(held), usage, frozenset(), held["id"], model, _ended_as(held))
+
+
+def _ended_as(response: dict[str, Any]) -> tuple[str, ...]:
+    """How a Response ended, in the Responses API's own words (it has no finish reasons):
+    why it is incomplete (``max_output_tokens``, ``content_filter``), else its status
+    (``completed``); nothing for one that failed (its span's ``error.type`` says so) or is
+    still going."""
+    status = response.get("status")
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    if status == "incomplete" and type(reason) is str:
+        return (reason,)
+    if status == "completed" or status == "incomplete":
+        return (status,)
+    return ()
 
 
 # How a provider that serves the Responses API itself is read (its ``responses`` setting).

@@ -35,6 +35,7 @@ from proxy.core.genai import (
     Attributes,
     Upstream,
     request_attributes,
+    response_attributes,
     span_name,
     upstream,
     usage_attributes,
@@ -156,6 +157,7 @@ class RequestTrace:
     ) -> bytes:
         self._number += 1
         self._attempt_started = perf_counter()
+        exchange.answered = None  # an earlier attempt's, which did not answer
         tracing = self._tracing
         server = self._server
         if server is None and tracing.instruments is None:
@@ -209,6 +211,8 @@ class RequestTrace:
         span, self._attempt = self._attempt, None
         if span is not None:
             attributes = usage_attributes(usage, exchange.cost_usd)
+            if exchange.answered is not None:
+                attributes.update(response_attributes(exchange.answered))
             if first_chunk is not None:
                 attributes["gen_ai.response.time_to_first_chunk"] = first_chunk
             if exchange.client_disconnected:

@@ -22,6 +22,7 @@ from typing import Any, Final
 import orjson
 
 from proxy.core.errors import ProxyError, UpstreamProtocolError
+from proxy.core.exchange import Answered
 from proxy.core.sse import Event
 from proxy.core.usage import (
     Usage,
@@ -34,7 +35,12 @@ from proxy.core.usage import (
 from proxy.normalize import ApiFamily
 from proxy.normalize.dialects.anthropic import openai_usage
 from proxy.normalize.faces.anthropic.errors import error_event
-from proxy.normalize.fields import RequestContext, upstream_error, upstream_object
+from proxy.normalize.fields import (
+    RequestContext,
+    upstream_error,
+    upstream_model,
+    upstream_object,
+)
 from proxy.normalize.whole import Normalized
 
 __all__ = ["ANTHROPIC_PASSTHROUGH", "AnthropicPassthrough", "passthrough_message"]
@@ -74,10 +80,27 @@ def _metered(counts: Mapping[str, object], ctx: RequestContext) -> Usage:
     return usage_value(usage)
 
 
+def _stop_reasons(delta: object) -> tuple[str, ...]:
+    """A message's ``stop_reason`` as Anthropic said it (``end_turn``, ``max_tokens``, ...)."""
+    reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+    return (reason,) if type(reason) is str else ()
+
+
 class AnthropicPassthrough:
     """An Anthropic upstream's stream, relayed event by event (the relay's ``EventStream``)."""
 
-    __slots__ = ("_counts", "_ctx", "_id", "_said", "_started", "ended", "error", "fixes")
+    __slots__ = (
+        "_counts",
+        "_ctx",
+        "_id",
+        "_model",
+        "_said",
+        "_started",
+        "_stops",
+        "ended",
+        "error",
+        "fixes",
+    )
 
     def __init__(self, ctx: RequestContext) -> None:
         self._ctx = ctx
@@ -87,11 +110,18 @@ class AnthropicPassthrough:
         self._started = False  # message_start was relayed
         self._said = False  # a content block was relayed
         self._id: object = None
+        self._model: str | None = None  # the upstream's, as message_start said it
+        self._stops: tuple[str, ...] = ()
         self._counts: dict[str, object] = {}
 
     @property
     def usage(self) -> Usage:
         return _metered(self._counts, self._ctx)
+
+    @property
+    def answered(self) -> Answered:
+        message_id = self._id if type(self._id) is str else None
+        return Answered(message_id, self._model, self._stops)
 
     def feed(self, event: Event) -> list[bytes]:
         if self.ended:
@@ -119,6 +149,7 @@ class AnthropicPassthrough:
             return self._message_start(payload)
         if name == "message_delta":
             self._take_counts(payload.get("usage"))
+            self._stops = _stop_reasons(payload.get("delta")) or self._stops
         elif name == "message_stop":
             self.ended = True
         elif name == "error":
@@ -158,6 +189,7 @@ class AnthropicPassthrough:
         self._started = True
         self._id = message.get("id")
         self._take_counts(message.get("usage"))
+        self._model = upstream_model(message)
         message["model"] = self._ctx.model
         return [_frame("message_start", orjson.dumps(payload))]
 
@@ -194,10 +226,19 @@ def passthrough_message(raw: bytes, ctx: RequestContext) -> Normalized:
     if body.get("type") == "error":
         # HTTP 200 and an error: the upstream failed, whatever it says.
         raise upstream_error(body.get("error"))
+    model = upstream_model(body)
     body["model"] = ctx.model
     usage = body.get("usage")
     counts = {key: usage.get(key) for key in _COUNTS} if isinstance(usage, dict) else {}
-    return Normalized(orjson.dumps(body), _metered(counts, ctx), frozenset())
+    message_id = body.get("id")
+    return Normalized(
+        orjson.dumps(body),
+        _metered(counts, ctx),
+        frozenset(),
+        message_id if type(message_id) is str else None,
+        model,
+        _stop_reasons(body),
+    )
 
 
 # How an ``api: anthropic`` provider's answers to a /v1/messages request are read.

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import ProxyError
+from proxy.core.exchange import Answered
 from proxy.core.sse import Event
 from proxy.core.usage import Usage
 from proxy.normalize.faces.anthropic.errors import error_event
@@ -83,6 +84,10 @@ class _PresentedStream:
     @property
     def usage(self) -> Usage:
         return self._inner.usage
+
+    @property
+    def answered(self) -> Answered:
+        return self._inner.answered
 
     def feed(self, event: Event) -> list[bytes]:
         if self.ended:
