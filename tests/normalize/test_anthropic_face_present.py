@@ -21,6 +21,7 @@ from proxy.normalize.convert import frames_from_response, response_from_frames
 from proxy.normalize.dialects.anthropic import finish_reason
 from proxy.normalize.faces.anthropic.message import message_usage, stop_reason, tool_input
 from proxy.normalize.faces.anthropic.present import MessagesPresenter
+from proxy.normalize.faces.anthropic.stream import MessageEvents
 from proxy.normalize.present import EventStream
 from tests.support.messages_stream import check_messages_stream, check_usage_consistent
 from tests.support.replay import CLIENT_MODEL, Golden, goldens
@@ -378,3 +379,57 @@ def test_events_decode_as_sse() -> None:
     decoded = SSEDecoder().feed(body)
     assert [event.event for event in decoded][:2] == ["message_start", "content_block_start"]
     assert decoded[-1].event == "message_stop"
+
+
+TRICKY_TEXTS = [
+    "plain",
+    'a quote " and a \\ backslash',
+    "é 😀 \u2028 \x00",
+    "two\n\nlines",
+    '"},"logprobs":null,"finish_reason":null}]}\n\n',
+    '"choices":[{"index":0,"delta":{"content":"',
+]
+
+
+@pytest.mark.parametrize("text", TRICKY_TEXTS)
+def test_ordinary_text_is_told_as_the_general_path_tells_it(text: str) -> None:
+    # frame() makes an ordinary text chunk's delta from its frame's bytes: the same bytes as
+    # chunk() makes of the decoded chunk, whatever the text.
+    normalizer = StreamNormalizer(context())
+    frames: list[bytes] = []
+    for delta in ({"role": "assistant", "content": "A"}, {"content": text}, {"content": text}):
+        frames += normalizer.feed(chunk(delta))
+    frames += normalizer.feed(chunk({}, "stop")) + normalizer.feed(Event(b"[DONE]"))
+    shortcut = MessageEvents(message_id=MESSAGE_ID, model=CLIENT_MODEL)
+    general = MessageEvents(message_id=MESSAGE_ID, model=CLIENT_MODEL)
+    told = [shortcut.frame(frame) for frame in frames]
+    for frame, events in zip(frames, told, strict=True):
+        payload = frame.removeprefix(b"data: ").strip()
+        assert events == (
+            general.end() if payload == b"[DONE]" else general.chunk(orjson.loads(payload))
+        )
+    message = check_messages_stream(b"".join(b"".join(events) for events in told))
+    assert message["content"] == [{"type": "text", "text": "A" + text + text}]
+
+
+def test_frames_that_only_look_ordinary_take_the_general_path() -> None:
+    def chunk_frame(*texts: str) -> bytes:
+        choices = [
+            {"index": i, "delta": {"content": t}, "logprobs": None, "finish_reason": None}
+            for i, t in enumerate(texts)
+        ]
+        return b"data: " + orjson.dumps({"id": "c", "choices": choices}) + b"\n\n"
+
+    for frame in (
+        chunk_frame("a", "b"),  # a second choice after the first one's text
+        chunk_frame("a") + chunk_frame("b"),  # two events in one frame
+        chunk_frame(""),  # no text
+    ):
+        events = MessageEvents(message_id=MESSAGE_ID, model=CLIENT_MODEL)
+        events.chunk(orjson.loads(chunk_frame("open")[6:]))  # a text block is open
+        general = MessageEvents(message_id=MESSAGE_ID, model=CLIENT_MODEL)
+        general.chunk(orjson.loads(chunk_frame("open")[6:]))
+        expected: list[bytes] = []
+        for part in frame.split(b"\n\n")[:-1]:
+            expected += general.chunk(orjson.loads(part[6:]))
+        assert events.frame(frame) == expected
