@@ -7,10 +7,10 @@ wraps as they are, and the relay keeps a whole body it made anyway."""
 from __future__ import annotations
 
 from proxy.core.errors import ProxyError
-from proxy.core.exchange import Answered
 from proxy.core.sse import Event
 from proxy.core.usage import Usage
 from proxy.normalize.convert import Collector
+from proxy.normalize.present import Around
 from proxy.normalize.stream import StreamNormalizer
 
 
@@ -31,52 +31,33 @@ class Kept:
         return Recording(inner, self)
 
 
-class Recording:
+class Recording(Around):
     """The canonical stream of ``inner``, its frames collected into the whole response they
     tell (an ``EventStream`` for the relay). One that ends in an error keeps nothing."""
 
-    __slots__ = ("_collector", "_inner", "_kept")
+    __slots__ = ("_collector", "_kept", "_normalizer")
 
     def __init__(self, inner: StreamNormalizer, kept: Kept) -> None:
-        self._inner = inner
+        super().__init__(inner)
+        self._normalizer = inner  # for its usage report, which no other stream has
         self._kept = kept
         self._collector: Collector | None = Collector()
 
-    @property
-    def ended(self) -> bool:
-        return self._inner.ended
-
-    @property
-    def error(self) -> ProxyError | None:
-        return self._inner.error
-
-    @property
-    def fixes(self) -> set[str]:
-        return self._inner.fixes
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    @property
-    def answered(self) -> Answered:
-        return self._inner.answered
-
     def feed(self, event: Event) -> list[bytes]:
-        return self._take(self._inner.feed(event))
+        return self._take(self._normalizer.feed(event))
 
     def finish(self) -> list[bytes]:
-        return self._take(self._inner.finish())
+        return self._take(self._normalizer.finish())
 
     def fail(self, exc: ProxyError) -> list[bytes]:
         self._collector = None
-        return self._inner.fail(exc)
+        return self._normalizer.fail(exc)
 
     def _take(self, frames: list[bytes]) -> list[bytes]:
         collector = self._collector
         if collector is None:
             return frames
-        inner = self._inner
+        inner = self._normalizer
         if inner.error is not None:
             self._collector = None  # its last frame is the error's, which no whole answer has
             return frames

@@ -15,7 +15,7 @@ from proxy.core.exchange import Answered
 from proxy.core.sse import Event
 from proxy.core.usage import Usage
 
-__all__ = ["EventStream", "Presenter"]
+__all__ = ["Around", "EventStream", "Presenter"]
 
 
 class EventStream(Protocol):
@@ -58,3 +58,34 @@ class Presenter(Protocol):
     def frames(self, frames: list[bytes]) -> list[bytes]:
         """The client's frames for a whole canonical chat stream's ``frames``."""
         ...
+
+
+class Around:
+    """An ``EventStream`` wrapped around another, whose state it reports as its own: what the
+    upstream did is metered and told as for the inner stream; only the frames differ. A
+    wrapper that can end or fail on its own says so in ``ended`` and ``error``."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: EventStream) -> None:
+        self._inner = inner
+
+    @property
+    def ended(self) -> bool:
+        return self._inner.ended
+
+    @property
+    def error(self) -> ProxyError | None:
+        return self._inner.error
+
+    @property
+    def fixes(self) -> set[str]:
+        return self._inner.fixes
+
+    @property
+    def usage(self) -> Usage:
+        return self._inner.usage
+
+    @property
+    def answered(self) -> Answered:
+        return self._inner.answered

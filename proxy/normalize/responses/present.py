@@ -20,7 +20,7 @@ from proxy.normalize.fields import (
     upstream_model,
     upstream_object,
 )
-from proxy.normalize.present import EventStream
+from proxy.normalize.present import Around, EventStream
 from proxy.normalize.responses.echo import Echo
 from proxy.normalize.responses.passthrough import PassthroughEvents, hold_response, metered_usage
 from proxy.normalize.responses.stream import ResponsesEvents, responses_frames
@@ -75,17 +75,17 @@ class ResponsesPresenter:
         )
 
 
-class _PresentedStream:
+class _PresentedStream(Around):
     """The chat stream's normalizer, its frames turned into Responses events on the way out.
 
     Its error, usage and fixes are the chat stream's: what the upstream did is metered and
     told as for any chat stream; only the client's bytes differ. But it ends, failed, where
     the Responses stream keeps more text than its limit (``ResponsesEvents.overflow``)."""
 
-    __slots__ = ("_events", "_inner")
+    __slots__ = ("_events",)
 
     def __init__(self, inner: EventStream, events: ResponsesEvents) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._events = events
 
     @property
@@ -95,18 +95,6 @@ class _PresentedStream:
     @property
     def error(self) -> ProxyError | None:
         return self._inner.error or self._events.overflow
-
-    @property
-    def fixes(self) -> set[str]:
-        return self._inner.fixes
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    @property
-    def answered(self) -> Answered:
-        return self._inner.answered
 
     def feed(self, event: Event) -> list[bytes]:
         return self._present(self._inner.feed(event))

@@ -10,13 +10,11 @@ from typing import Any
 import orjson
 
 from proxy.core.errors import ProxyError
-from proxy.core.exchange import Answered
 from proxy.core.sse import Event
-from proxy.core.usage import Usage
 from proxy.normalize.faces.anthropic.errors import error_event
 from proxy.normalize.faces.anthropic.message import message_body
 from proxy.normalize.faces.anthropic.stream import MessageEvents, message_frames
-from proxy.normalize.present import EventStream
+from proxy.normalize.present import Around, EventStream
 
 __all__ = ["MessagesPresenter"]
 
@@ -54,17 +52,17 @@ def _counted(inner: EventStream) -> dict[str, Any] | None:
     }
 
 
-class _PresentedStream:
+class _PresentedStream(Around):
     """The chat stream's normalizer, its frames turned into Messages events on the way out.
 
     Its error, usage and fixes are the chat stream's: what the upstream did is metered and
     told as for any chat stream; only the client's bytes differ. It ends, failed, where the
     answer cannot be told as Anthropic's blocks (``MessageEvents.failure``)."""
 
-    __slots__ = ("_events", "_inner")
+    __slots__ = ("_events",)
 
     def __init__(self, inner: EventStream, *, message_id: str, model: str) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._events = MessageEvents(
             message_id=message_id, model=model, counted=lambda: _counted(inner)
         )
@@ -76,18 +74,6 @@ class _PresentedStream:
     @property
     def error(self) -> ProxyError | None:
         return self._inner.error or self._events.failure
-
-    @property
-    def fixes(self) -> set[str]:
-        return self._inner.fixes
-
-    @property
-    def usage(self) -> Usage:
-        return self._inner.usage
-
-    @property
-    def answered(self) -> Answered:
-        return self._inner.answered
 
     def feed(self, event: Event) -> list[bytes]:
         if self.ended:
