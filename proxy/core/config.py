@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final
-from urllib.parse import urlsplit
 
 import orjson
 
@@ -46,6 +45,7 @@ from proxy.core.yaml_readers import (
     Checker,
     Invalid,
     boolean,
+    http_url,
     int_reader,
     join_path,
     member,
@@ -704,21 +704,7 @@ def _gc_interval(value: object) -> float:
 
 
 def _base_url(value: object) -> str:
-    url, not_a_url = text(value), "must be an http:// or https:// URL with a host"
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # a property that raises ValueError for a bad port
-    except ValueError:
-        raise Invalid(not_a_url) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
-        raise Invalid(not_a_url)
-    if any(c.isspace() for c in url):
-        raise Invalid("must not contain whitespace")
-    # Both would leak into logs and `check-config` output, and have proper homes.
-    if parts.username is not None:
-        raise Invalid("must not contain credentials: use api_key or headers")
-    if parts.query or parts.fragment:
-        raise Invalid("must not have a query or fragment: use query")
+    url, _ = http_url(value, ": use api_key or headers", ": use query")
     return url.removesuffix("/")
 
 

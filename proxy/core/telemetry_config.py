@@ -17,9 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from urllib.parse import urlsplit
 
-from proxy.core.yaml_readers import Checker, Invalid, as_number, boolean, join_path, text
+from proxy.core.yaml_readers import (
+    Checker,
+    Invalid,
+    as_number,
+    boolean,
+    http_url,
+    join_path,
+    text,
+)
 
 TELEMETRY_KEYS = frozenset({"otlp"})
 OTLP_KEYS = frozenset(
@@ -81,20 +88,7 @@ def parse_telemetry(
 
 
 def _endpoint(value: object) -> str:
-    url, not_a_url = text(value), "must be an http:// or https:// URL with a host"
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # raises ValueError for a bad port
-    except ValueError:
-        raise Invalid(not_a_url) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
-        raise Invalid(not_a_url)
-    if any(c.isspace() for c in url):
-        raise Invalid("must not contain whitespace")
-    if parts.username is not None:
-        raise Invalid("must not contain credentials: use headers")
-    if parts.query or parts.fragment:
-        raise Invalid("must not have a query or fragment")
+    url, parts = http_url(value, ": use headers", "")
     if parts.path.rstrip("/").endswith("/v1/traces"):
         raise Invalid("is the collector's base URL: /v1/traces is added to it")
     return url.rstrip("/")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 import yaml
 
@@ -87,6 +88,27 @@ def int_reader(low: int | None, high: int | None, what: str) -> Callable[[object
         return number
 
     return read
+
+
+def http_url(value: object, credentials: str, query: str) -> tuple[str, SplitResult]:
+    """An http:// or https:// URL with a host and nothing else a service's base URL has no use
+    for (whitespace, credentials, a query or fragment: ``credentials`` and ``query`` say where
+    those belong instead, they would leak into logs and ``check-config`` output there)."""
+    url, not_a_url = text(value), "must be an http:// or https:// URL with a host"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a property that raises ValueError for a bad port
+    except ValueError:
+        raise Invalid(not_a_url) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise Invalid(not_a_url)
+    if any(c.isspace() for c in url):
+        raise Invalid("must not contain whitespace")
+    if parts.username is not None:
+        raise Invalid(f"must not contain credentials{credentials}")
+    if parts.query or parts.fragment:
+        raise Invalid(f"must not have a query or fragment{query}")
+    return url, parts
 
 
 def positive(value: object) -> float:
