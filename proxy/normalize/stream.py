@@ -616,8 +616,7 @@ class StreamNormalizer:
         self._finishes = tuple(finishes)
         if self.ctx.include_usage:
             chunk = self._envelope([])
-            usage = self._final_usage()
-            chunk["usage"] = usage if usage is not None else self._estimate()
+            chunk["usage"] = self.usage_report()
             frames.append(encode_data(orjson.dumps(chunk)))
         frames.append(DONE_FRAME)
         self.ended = True
