@@ -35,9 +35,10 @@ COPY proxy ./proxy
 COPY config/demo.yaml ./config/demo.yaml
 # Not editable, so the virtualenv stands alone; pip compiles the bytecode now, because the
 # container's root filesystem is read-only at run time.
-# With the otel extra: a configuration's `telemetry:` needs no other image (docs/telemetry.md).
+# With the otel, aws and gcp extras: a configuration's `telemetry:`, Bedrock and Vertex AI need no
+# other image (docs/telemetry.md, docs/providers/bedrock.md, docs/providers/vertex.md).
 # "./[otel]", not ".[otel]": hadolint reads the latter as a package from an index to pin.
-RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile "./[otel]"
+RUN pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile "./[otel,aws,gcp]"
 
 # --- runtime ------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -18,6 +18,11 @@ DIALECT_PROVIDER = {
     "cohere": "emu-cohere",
     "ollama": "emu-ollama",
     "tgi": "emu-tgi",
+    "bedrock": "emu-bedrock",
+    # Until the emulator serves Vertex's paths with its token check, Vertex's fixtures go
+    # through the providers whose events they are (the same adapters, vertex.py).
+    "vertex_google": "emu-gemini",
+    "vertex_anthropic": "emu-anthropic",
 }
 
 

@@ -30,6 +30,17 @@ from typing import Final
 import orjson
 
 from proxy.core.cache.config import CacheConfig, parse_cache
+from proxy.core.cloud_config import (
+    CLOUD_KEYS,
+    AwsAuth,
+    CloudAuth,
+    GoogleAuth,
+    default_base_url,
+    parse_cloud,
+    parse_publisher,
+    publisher_of,
+    vertex_prefix,
+)
 from proxy.core.errors import ConfigError
 from proxy.core.limits.admission import NO_LIMITS, Limits
 from proxy.core.limits.config import (
@@ -57,14 +68,17 @@ from proxy.core.yaml_readers import (
 )
 
 # The native APIs a provider's ``api`` may name besides OpenAI's; each is also its dialect.
-NATIVE_APIS = frozenset({"anthropic", "gemini", "cohere", "ollama", "tgi"})
-APIS = NATIVE_APIS | {"openai"}
+NATIVE_APIS = frozenset({"anthropic", "gemini", "cohere", "ollama", "tgi", "bedrock"})
+# Vertex AI serves each publisher's models in that publisher's API: a deployment's dialect is
+# its model's publisher's (``dialect_of``).
+VERTEX_DIALECTS = frozenset({"vertex_google", "vertex_anthropic"})
+APIS = NATIVE_APIS | {"openai", "vertex"}
 # The names a provider's ``dialect`` may take: the configuration's vocabulary, which the core
 # checks without knowing what they mean; proxy.normalize.dialects registers one module for each
 # (tests/test_layers.py holds the two to the same names). ``dialect`` is set only with
 # ``api: openai``, for an OpenAI-compatible server's older shapes.
 LEGACY_DIALECTS = frozenset({"friendli-2024", "maritaca-inference"})
-DIALECTS = NATIVE_APIS | LEGACY_DIALECTS | {"openai"}
+DIALECTS = NATIVE_APIS | LEGACY_DIALECTS | VERTEX_DIALECTS | {"openai"}
 # reasoning_effort -> thinking budget (tokens), for native APIs that take a budget
 # (docs/providers/anthropic.md); a model's thinking_budgets replaces any of them.
 THINKING_BUDGETS: Final[Mapping[str, int]] = MappingProxyType(
@@ -107,6 +121,8 @@ class Provider:
     drop_betas: tuple[str, ...] = ()
     # Its gen_ai.provider.name on traces, for a host the proxy does not know (docs/telemetry.md).
     telemetry_name: str | None = None
+    # api: bedrock / vertex: the cloud's region and identity (proxy.core.cloud_config).
+    cloud: CloudAuth | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +131,8 @@ class Deployment:
     model: str
     weight: float = 1.0
     priority: int = 0
+    # On api: vertex: whose API the model speaks, when its name does not say (publisher_of).
+    publisher: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +239,14 @@ class Config:
     telemetry: Otlp | None = None
 
 
+def dialect_of(provider: Provider, deployment: Deployment) -> str:
+    """The dialect a deployment is spoken to in: its provider's, or on Vertex AI its model's
+    publisher's."""
+    if provider.api != "vertex":
+        return provider.dialect
+    return f"vertex_{publisher_of(deployment.model, deployment.publisher)}"
+
+
 def key_digest(key: str) -> bytes:
     """The sha256 digest under which a team key is stored and looked up."""
     # surrogatepass: a header decoded with surrogateescape must hash, not raise; such a key
@@ -262,6 +288,7 @@ def parse_config(
     # A deployment may name a provider whose own entry has problems: those are reported there.
     names = frozenset(providers)
     models = {n: _parse_model(ck, n, v, p, names) for n, v, p in ck.section(root, "models")}
+    _check_publishers(ck, models, providers)
     seen_keys: dict[bytes, str] = {}
     secrets: list[str] = []
     teams = {
@@ -307,6 +334,20 @@ def parse_config(
         cache,
         telemetry,
     )
+
+
+def _check_publishers(
+    ck: Checker, models: Mapping[str, Model], providers: Mapping[str, Provider]
+) -> None:
+    for model in models.values():
+        for d in model.deployments:
+            provider = providers.get(d.provider)
+            if d.publisher is not None and provider is not None and provider.api != "vertex":
+                ck.fail(
+                    join_path("models", model.name),
+                    f"publisher is only for api: vertex (provider {d.provider} is api: "
+                    f"{provider.api})",
+                )
 
 
 def _deployment_prices(
@@ -359,6 +400,11 @@ def _provider_secrets(ck: Checker, provider: Provider) -> list[str]:
     found: list[str] = []
     if provider.api_key:
         found.append(ck.value(provider.api_key, f"{path}.api_key", _secret, ""))
+    keys = provider.cloud.keys if isinstance(provider.cloud, AwsAuth) else None
+    if keys is not None:
+        found.append(ck.value(keys.secret_access_key, f"{path}.aws.secret_access_key", _secret, ""))
+        if keys.session_token:
+            found.append(keys.session_token)
     for part, values in (("headers", provider.headers), ("query", provider.query)):
         for name, value in values.items():
             lowered = name.lower()
@@ -395,7 +441,7 @@ _TOP_KEYS = frozenset(
 _SERVER_KEYS = frozenset(f.name for f in fields(Server))
 _METRICS_KEYS = frozenset(f.name for f in fields(Metrics))
 _TIMEOUT_KEYS = frozenset(f.name for f in fields(Timeouts))
-_PROVIDER_KEYS = frozenset(f.name for f in fields(Provider)) - {"name"}
+_PROVIDER_KEYS = (frozenset(f.name for f in fields(Provider)) - {"name", "cloud"}) | CLOUD_KEYS
 _DEPLOYMENT_KEYS = frozenset(f.name for f in fields(Deployment))
 _MODEL_KEYS = frozenset({"deployments", "reasoning", "max_tokens", "thinking_budgets"})
 _TEAM_KEYS = frozenset({"keys", "models", "limits", "cache"})
@@ -485,7 +531,11 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         return Provider(name, "openai", "")
     api = ck.optional(node, "api", path, member(APIS, "API", listed=True), "openai")
     dialect = ck.optional(
-        node, "dialect", path, member(DIALECTS - NATIVE_APIS, "dialect", listed=True), "openai"
+        node,
+        "dialect",
+        path,
+        member(LEGACY_DIALECTS | {"openai"}, "dialect", listed=True),
+        "openai",
     )
     responses = ck.optional(node, "responses", path, boolean, False)
     if api in NATIVE_APIS:
@@ -494,6 +544,13 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         if responses:
             ck.fail(join_path(path, "responses"), "is only for api: openai")
         dialect = api
+    cloud = parse_cloud(ck, api, node, path)
+    if cloud is None:
+        base_url = ck.require(node, "base_url", path, _base_url, "")
+    else:
+        base_url = ck.optional(node, "base_url", path, _base_url, None) or default_base_url(cloud)
+    if isinstance(cloud, GoogleAuth):
+        base_url += vertex_prefix(cloud)
     drop_betas: tuple[str, ...] = ()
     if "drop_betas" in node:
         drop_betas = tuple(beta for _, beta in ck.items(node, "drop_betas", path, text))
@@ -502,7 +559,7 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
     return Provider(
         name=name,
         api=api,
-        base_url=ck.require(node, "base_url", path, _base_url, ""),
+        base_url=base_url,
         api_key=ck.optional(node, "api_key", path, _api_key, None),
         headers=_string_map(ck, node.get("headers"), join_path(path, "headers"), _header_name),
         query=_string_map(ck, node.get("query"), join_path(path, "query")),
@@ -513,6 +570,7 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         responses=responses,
         drop_betas=drop_betas,
         telemetry_name=ck.optional(node, "telemetry_name", path, _telemetry_name, None),
+        cloud=cloud,
     )
 
 
@@ -596,6 +654,7 @@ def _parse_deployment(
         model=ck.require(node, "model", path, text, ""),
         weight=ck.optional(node, "weight", path, positive, 1.0),
         priority=ck.optional(node, "priority", path, _any_int, 0),
+        publisher=parse_publisher(ck, node, path),
     )
 
 

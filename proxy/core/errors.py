@@ -183,6 +183,13 @@ class UpstreamProtocolError(UpstreamError):
     kind = "protocol"
 
 
+class UpstreamCredentialsError(UpstreamError):
+    """The proxy could not get its own credentials for a cloud provider (an AWS identity, a
+    Google token): the operator's problem, told to the client as a 502 that names it."""
+
+    kind = "credentials"
+
+
 class UpstreamStatusError(UpstreamError):
     """The upstream answered with an error status, or an error object in a stream.
 
@@ -202,14 +209,20 @@ class UpstreamStatusError(UpstreamError):
         param: str | None = None,
         code: str | None = None,
         retry_after: float | None = None,
+        client_status: int | None = None,
     ) -> None:
         super().__init__(message, param=param, code=code)
         self.upstream_status = upstream_status
         self.upstream_type = upstream_type
         self.retry_after = retry_after
+        # The status the client gets where the upstream's own would mislead it: an error type
+        # that tells more than its status (Bedrock's ModelNotReadyException is a 429, busy).
+        self.client_status = client_status
 
     @property
     def http_status(self) -> int:
+        if self.client_status is not None:
+            return self.client_status
         status = self.upstream_status
         if 400 <= status < 500 and status not in _CREDENTIALS_REFUSED:
             return status
@@ -237,6 +250,7 @@ _TYPE_BY_STATUS = {
     401: "authentication_error",
     403: "permission_error",
     404: "invalid_request_error",
+    504: "timeout_error",
 }
 
 

@@ -1,6 +1,7 @@
 """Streams that are not Server-Sent Events, cut into the same ``Event`` values (sans-IO).
 
-Ollama's native API streams newline-delimited JSON (``application/x-ndjson``); Gemini, asked
+Ollama's native API streams newline-delimited JSON (``application/x-ndjson``), Bedrock AWS
+event stream frames (``proxy.core.eventstream``); Gemini, asked
 without ``alt=sse``, streams one JSON array whose elements arrive one by one
 (fixtures/providers/SOURCES.md, section A). Both decoders take reads of any size and boundary,
 like ``SSEDecoder``, and bound one object to ``max_event_bytes``.
@@ -11,6 +12,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from proxy.core.errors import UpstreamProtocolError
+from proxy.core.eventstream import CONTENT_TYPE as EVENT_STREAM
+from proxy.core.eventstream import EventStreamDecoder
 from proxy.core.sse import Event, SSEDecoder
 
 __all__ = ["Decoder", "JSONArrayDecoder", "NDJSONDecoder", "decoder_for"]
@@ -173,6 +176,8 @@ def decoder_for(content_type: str, *, json_array: bool) -> Decoder | None:
         return SSEDecoder()
     if content_type in ("application/x-ndjson", "application/jsonl", "application/ndjson"):
         return NDJSONDecoder()
+    if content_type == EVENT_STREAM:
+        return EventStreamDecoder()  # Bedrock's ConverseStream
     if json_array and content_type == "application/json":
         return JSONArrayDecoder()
     return None

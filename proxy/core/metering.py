@@ -31,7 +31,7 @@ STREAM_VALUES: Final = ("true", "false")
 STATUS_CLASSES: Final = ("2xx", "4xx", "5xx")
 TOKEN_TYPES: Final = ("prompt", "completion", "cached", "reasoning")
 SOURCES: Final = ("upstream", "estimated")
-UPSTREAM_ERROR_KINDS: Final = ("connect", "timeout", "status", "protocol")
+UPSTREAM_ERROR_KINDS: Final = ("connect", "timeout", "status", "protocol", "credentials")
 FIX_NAMES: Final = frozenset(FIXES)
 
 CLIENT_CLOSED: Final = 499

@@ -9,7 +9,9 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from proxy.emulator.cloud import CloudAuth, public_key_of
 from proxy.emulator.server import run_emulator
+from proxy.emulator.sigv4 import AwsKey
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -30,7 +32,61 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="ENDPOINT=FAULT",
         help="a fault for every request to an endpoint, e.g. chat=status=503 (repeatable)",
     )
+    parser.add_argument(
+        "--aws-key",
+        action="append",
+        default=[],
+        metavar="ID:SECRET[:SESSION_TOKEN]",
+        help="an AWS key whose SigV4 signatures the Bedrock paths accept (repeatable)",
+    )
+    parser.add_argument(
+        "--bedrock-api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a Bedrock API key the Bedrock paths accept as a bearer token (repeatable)",
+    )
+    parser.add_argument(
+        "--google-service-account",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="a service-account JSON file whose signed JWTs /token accepts (repeatable)",
+    )
+    parser.add_argument(
+        "--google-public-key",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PEM",
+        help="a PEM public key (or certificate) whose signed JWTs /token accepts (repeatable)",
+    )
+    parser.add_argument(
+        "--token-lifetime", type=float, default=3600.0, help="seconds a /token token lives"
+    )
+    parser.add_argument(
+        "--token-delay", type=float, default=0.0, help="seconds /token waits before answering"
+    )
     args = parser.parse_args(argv)
+    aws_keys: dict[str, AwsKey] = {}
+    for item in args.aws_key:
+        key_id, secret, *token = item.split(":", 2)
+        if not key_id or not secret:
+            parser.error(f"--aws-key {item!r}: expected ID:SECRET[:SESSION_TOKEN]")
+        aws_keys[key_id] = AwsKey(secret, token[0] if token else None)
+    public_keys = [path.read_text() for path in args.google_public_key]
+    public_keys += [public_key_of(path) for path in args.google_service_account]
+    try:
+        args.cloud = CloudAuth(
+            aws_keys=aws_keys,
+            bedrock_api_keys=frozenset(args.bedrock_api_key),
+            google_public_keys=tuple(public_keys),
+            token_lifetime=args.token_lifetime,
+            token_delay=args.token_delay,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     faults: dict[str, str] = {}
     for item in args.fault:
         endpoint, equals, spec = item.partition("=")
@@ -51,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.recordings,
         args.chunk_delay,
         faults=args.fault,
+        cloud=args.cloud,
         stop_signals=True,
     )
     with contextlib.suppress(KeyboardInterrupt):

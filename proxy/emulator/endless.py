@@ -3,8 +3,10 @@
 Each dialect's events are what its recordings hold, cut to the least that a client of that
 API takes as text arriving: Anthropic, Cohere and OpenAI's Responses API open a message and a
 content block (part) first, and name every event in an SSE ``event:`` field as their streams
-do; Responses events also count themselves in ``sequence_number``. The events are framed as
-the stream would be: SSE, NDJSON lines, or the elements of one JSON array.
+do; Responses events also count themselves in ``sequence_number``. Bedrock's ConverseStream
+opens its message and sends text deltas (a text block has no start event). The events are
+framed as the stream would be: SSE, NDJSON lines, the elements of one JSON array, or AWS
+event-stream frames.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Final
 
 import orjson
 
+from proxy.core.eventstream import encode_event
 from proxy.emulator.endpoint import Endpoint
 
 Event = tuple[str | None, object]
@@ -23,9 +26,11 @@ Event = tuple[str | None, object]
 
 def endless_event(endpoint: Endpoint, ending: str, model: str, index: int) -> bytes:
     """Write number ``index`` of a never-ending ``endpoint`` stream whose recordings' names
-    end in ``ending`` (``.sse``, ``.ndjson`` or ``.json-array.json``)."""
+    end in ``ending`` (``.sse``, ``.ndjson``, ``.json-array.json`` or ``.eventstream.jsonl``)."""
     make = _EVENTS.get((endpoint.dialect, endpoint.name), _chat_events)
     events = make(model, index)
+    if ending.endswith(".eventstream.jsonl"):
+        return b"".join(encode_event(name or "", orjson.dumps(data)) for name, data in events)
     if ending.endswith(".ndjson"):
         return b"".join(orjson.dumps(data) + b"\n" for _, data in events)
     if ending.endswith(".json-array.json"):
@@ -180,6 +185,13 @@ def _cohere_events(model: str, index: int) -> list[Event]:
     return [("message-start", start), ("content-start", block), ("content-delta", delta)]
 
 
+def _bedrock_events(model: str, index: int) -> list[Event]:
+    delta: Event = ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "x "}})
+    if index:
+        return [delta]
+    return [("messageStart", {"role": "assistant"}), delta]
+
+
 _EPOCH: Final = "1970-01-01T00:00:00Z"
 
 
@@ -205,6 +217,8 @@ _EVENTS: Final[MappingProxyType[tuple[str, str], Callable[[str, int], list[Event
             ("openai", "responses"): _responses_events,
             ("maritaca", "chat-inference"): _inference_events,
             ("anthropic", "messages"): _anthropic_events,
+            ("vertex-anthropic", "messages"): _anthropic_events,
+            ("bedrock", "converse-stream"): _bedrock_events,
             ("gemini", "generate-content"): _gemini_events,
             ("cohere", "chat"): _cohere_events,
             ("ollama", "api-chat"): _ollama_chat_events,

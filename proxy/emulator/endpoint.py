@@ -8,6 +8,11 @@ searched in order because ``/completions`` is also how ``/chat/completions`` end
 Most requests name their model in the body. Gemini names it in the path
 (``/v1beta/models/{model}:generateContent``) and TGI's body names none, so for those the model
 is the path segment the suffix follows: ``/tgi/tgi.generate-stream.sse/generate_stream``.
+Bedrock (``/model/{modelId}/converse``) and Vertex AI
+(``/v1/projects/{p}/locations/{r}/publishers/{publisher}/models/{model}:rawPredict``) name it
+in the path too; Bedrock's model id arrives percent-escaped (``v1%3A0``, an ARN's ``%2F``), so
+the segment is taken from the path as sent and then decoded. A recording's name cannot hold
+``:`` or ``/``: in it, each becomes ``_`` (``us.anthropic.claude-sonnet-4-20250514-v1_0``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
+from urllib.parse import unquote
 
 import orjson
 
@@ -80,6 +86,41 @@ ENDPOINTS: Final = (
         model_in_path=True,
         streams="never",
     ),
+    # Bedrock's runtime: /model/{modelId}/converse, /converse-stream (AWS event-stream frames,
+    # recorded as JSON lines) and /invoke (InvokeModel; here for embedding models).
+    Endpoint(
+        "POST", "/converse", "converse", dialect="bedrock", model_in_path=True, streams="never"
+    ),
+    Endpoint(
+        "POST",
+        "/converse-stream",
+        "converse-stream",
+        dialect="bedrock",
+        model_in_path=True,
+        streams="always",
+        stream_ending=".eventstream.jsonl",
+    ),
+    Endpoint("POST", "/invoke", "invoke", dialect="bedrock", model_in_path=True, streams="never"),
+    # Vertex AI: Gemini's :generateContent paths above serve its Google models; its embeddings
+    # are :predict, and Claude's Messages API is :rawPredict and :streamRawPredict, answered
+    # with the Anthropic recordings (<model>.messages.json, .messages.stream.sse).
+    Endpoint("POST", ":predict", "predict", dialect="gemini", model_in_path=True, streams="never"),
+    Endpoint(
+        "POST",
+        ":rawPredict",
+        "messages",
+        dialect="vertex-anthropic",
+        model_in_path=True,
+        streams="never",
+    ),
+    Endpoint(
+        "POST",
+        ":streamRawPredict",
+        "messages",
+        dialect="vertex-anthropic",
+        model_in_path=True,
+        streams="always",
+    ),
     # Cohere's v2 chat shares OpenAI's endpoint name: the model name keeps their recordings
     # apart (cohere.chat.json).
     Endpoint("POST", "/v2/chat", "chat", dialect="cohere"),
@@ -125,10 +166,15 @@ def match_endpoint(path: str) -> Endpoint | None:
     return None
 
 
-def path_model(endpoint: Endpoint, path: str) -> str:
-    """The path segment before ``endpoint``'s suffix: the model, when the path names it."""
-    path = path.rstrip("/")
-    return path[: len(path) - len(endpoint.suffix)].rpartition("/")[2]
+def path_model(endpoint: Endpoint, path: str, raw_path: str | None = None) -> str:
+    """The path segment before ``endpoint``'s suffix, decoded: the model, when the path names
+    it. ``raw_path`` is the path as sent, whose ``%2F`` is still inside its segment."""
+    for candidate in (raw_path, path):
+        if candidate is not None and candidate.rstrip("/").endswith(endpoint.suffix):
+            trimmed = candidate.rstrip("/")
+            segment = trimmed[: len(trimmed) - len(endpoint.suffix)].rpartition("/")[2]
+            return unquote(segment) if candidate is raw_path else segment
+    return ""
 
 
 def wants_stream(endpoint: Endpoint, payload: Mapping[str, object]) -> bool:
@@ -159,8 +205,10 @@ def recording_names(
     variant (``groq.chat.stream.tool-call.sse``); otherwise ``<model>.<endpoint><ending>``
     (``stream_ending``) answers a streaming request and ``<model>.<endpoint>.json`` any other.
     A model with no stream recording answers a stream request with its JSON body, as servers
-    that ignore ``stream`` do (Maritaca's OpenAI-compatible stream was never recorded).
+    that ignore ``stream`` do (Maritaca's OpenAI-compatible stream was never recorded). ``:``
+    and ``/`` in ``model`` are ``_`` in the names.
     """
+    model = model.replace(":", "_").replace("/", "_")
     whole = f"{model}.{endpoint.name}.json"
     if stream:
         return (model, f"{model}.{endpoint.name}{ending}", whole)

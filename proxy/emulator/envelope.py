@@ -7,9 +7,12 @@
     cohere      {"message"}
     ollama      {"error": "<message>"}
     tgi         {"error": "<message>", "error_type"}
+    bedrock     {"message"}, and the exception's type in the x-amzn-ErrorType header
+    vertex-anthropic  Anthropic's for 529 (the model's own overload), else Google's (Vertex's)
 
-Anthropic's ``type`` and Google's ``status`` follow from the HTTP status as the providers
-document them; only OpenAI's body carries the ``type``, ``param`` and ``code`` given.
+Anthropic's ``type``, Google's ``status`` and Bedrock's exception type follow from the HTTP
+status as the providers document them (a Bedrock ``code`` ending in ``Exception`` names the
+type instead); only OpenAI's body carries the ``type``, ``param`` and ``code`` given.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from types import MappingProxyType
 from typing import Final
 
 import orjson
+
+from proxy.emulator.bedrock import bedrock_error_type
+from proxy.emulator.recording import OVERLOADED_STATUS
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,35 @@ class ErrorInfo:
 def error_body(dialect: str, error: ErrorInfo) -> bytes:
     """``error`` in ``dialect``'s envelope (OpenAI's for a dialect not in the table above)."""
     return orjson.dumps(_ENVELOPES.get(dialect, _openai)(error))
+
+
+def error_headers(dialect: str, error: ErrorInfo) -> dict[str, str]:
+    """The headers that go with ``error``'s body: Bedrock names the exception in one."""
+    if dialect != "bedrock":
+        return {}
+    return {"x-amzn-ErrorType": bedrock_error_type(bedrock_exception(error))}
+
+
+def bedrock_exception(error: ErrorInfo) -> str:
+    """The Bedrock exception ``error`` is: its ``code`` when that names one, else by status."""
+    if error.code is not None and error.code.endswith("Exception"):
+        return error.code
+    fallback = "InternalServerException" if error.status >= 500 else "ValidationException"
+    return _BEDROCK_TYPES.get(error.status, fallback)
+
+
+_BEDROCK_TYPES: Final = MappingProxyType(
+    {
+        400: "ValidationException",
+        403: "AccessDeniedException",
+        404: "ResourceNotFoundException",
+        408: "ModelTimeoutException",
+        424: "ModelErrorException",
+        429: "ThrottlingException",
+        500: "InternalServerException",
+        503: "ServiceUnavailableException",
+    }
+)
 
 
 def _openai(error: ErrorInfo) -> object:
@@ -104,8 +139,20 @@ def _tgi(error: ErrorInfo) -> object:
     return {"error": error.message, "error_type": kind}
 
 
+def _bedrock(error: ErrorInfo) -> object:
+    return {"message": error.message}
+
+
+def _vertex_anthropic(error: ErrorInfo) -> object:
+    # Vertex answers for Claude in Google's envelope (quota, auth, a bad path), but passes the
+    # model's own overloaded_error through as Anthropic wrote it.
+    return _anthropic(error) if error.status == OVERLOADED_STATUS else _gemini(error)
+
+
 _ENVELOPES: Final[MappingProxyType[str, Callable[[ErrorInfo], object]]] = MappingProxyType(
     {
+        "bedrock": _bedrock,
+        "vertex-anthropic": _vertex_anthropic,
         "openai": _openai,
         "anthropic": _anthropic,
         "gemini": _gemini,

@@ -1,8 +1,9 @@
 """Fault specifications: how a test asks the emulator to misbehave.
 
 The proxy forwards only the body's fields, never a client's own headers, so a fault rides in the
-model name, ``<model>@<fault>[=<arg>]``, or is set for a whole endpoint when the app is built
-(the model's own fault comes first). One fault per request.
+model name, ``<model>@<fault>[=<arg>]`` (``claude-sonnet-4@20250514@status=429``), or is
+set for a whole endpoint when the app is built (the model's own fault comes first). One fault
+per request.
 
     fault                 the client gets                                        recording
     status=<code>         <code> (400..599), an error body in the provider's own     no
@@ -130,6 +131,12 @@ def parse_fault(spec: str) -> Fault:
 
 
 def split_model(model: str) -> tuple[str, str | None]:
-    """``model`` without its ``@<fault>`` suffix, and the suffix (None when there is none)."""
-    base, at, spec = model.partition("@")
-    return base, (spec if at else None)
+    """``model`` without its ``@<fault>`` suffix, and the suffix (None when there is none).
+
+    An ``@`` followed by digits only is part of the name: Vertex AI's Claude models are
+    versioned so (``claude-sonnet-4@20250514``), and no fault is a number.
+    """
+    base, *rest = model.split("@")
+    while rest and rest[0].isdigit():
+        base = f"{base}@{rest.pop(0)}"
+    return base, ("@".join(rest) if rest else None)

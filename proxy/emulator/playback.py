@@ -18,9 +18,9 @@ from aiohttp import web
 
 from proxy.emulator.endless import endless_event
 from proxy.emulator.endpoint import Endpoint
-from proxy.emulator.envelope import ErrorInfo, error_body
+from proxy.emulator.envelope import ErrorInfo, error_body, error_headers
 from proxy.emulator.fault import Fault
-from proxy.emulator.recording import Recording, content_type
+from proxy.emulator.recording import Recording, content_type, recording_exception
 
 # With no chunk_delay, endless output is paced at 1 ms so it cannot starve the event loop.
 ENDLESS_INTERVAL: Final = 0.001
@@ -56,7 +56,11 @@ def error_response(
     return web.Response(
         status=error.status,
         body=error_body(dialect, error),
-        headers={"Content-Type": "application/json", **(headers or {})},
+        headers={
+            "Content-Type": "application/json",
+            **error_headers(dialect, error),
+            **(headers or {}),
+        },
     )
 
 
@@ -75,11 +79,13 @@ async def play(playback: Playback, fault: Fault | None) -> web.StreamResponse:
 async def _play_recording(playback: Playback) -> web.StreamResponse:
     recording = _recording(playback)
     if not recording.streamed:
-        return web.Response(
-            status=recording.status,
-            body=recording.body,
-            headers={"Content-Type": recording.content_type},
-        )
+        headers = {"Content-Type": recording.content_type}
+        if recording.status >= 400:
+            # Bedrock's error type rides in a header: the recording's name gives it.
+            code = recording_exception(recording.name)
+            error = ErrorInfo(recording.status, "", code=code)
+            headers |= error_headers(playback.endpoint.dialect, error)
+        return web.Response(status=recording.status, body=recording.body, headers=headers)
     response = await _start(playback.request, recording.status, recording.content_type)
     for index, event in enumerate(recording.events):
         if index and playback.chunk_delay:
@@ -93,7 +99,9 @@ async def _play_status(playback: Playback, fault: Fault) -> web.StreamResponse:
     status = fault.count
     fallback = "server_error" if status >= 500 else "invalid_request_error"
     # Providers send Retry-After with these two; the proxy's retry logic is tested against it.
-    headers = {"Retry-After": "1"} if status in _RETRY_AFTER_STATUSES else {}
+    # Bedrock does not: its throttling carries no delay.
+    retry_after = status in _RETRY_AFTER_STATUSES and playback.endpoint.dialect != "bedrock"
+    headers = {"Retry-After": "1"} if retry_after else {}
     error = ErrorInfo(
         status, f"emulated fault: status {status}", _ERROR_TYPES.get(status, fallback)
     )

@@ -2,22 +2,32 @@
 
 A recording is served with the status and content type its name implies, in the units its
 format is written in: a whole JSON body at once, an event stream event by event, NDJSON line by
-line. Splitting never changes a byte, so the client receives exactly the file.
+line. Splitting never changes a byte, so the client receives exactly the file (but see
+``.eventstream.jsonl`` below).
 
     name ends in       content type           written as                 status
     .json-array.json   application/json       one chunk per element      200
     .json              application/json       one body (Content-Length)  200, or an error (below)
     .sse               text/event-stream      one chunk per event        200
     .ndjson            application/x-ndjson   one chunk per line         200
+    .eventstream.jsonl application/vnd.amazon.eventstream  one frame per line  200
+    .eventstream       application/vnd.amazon.eventstream  one chunk per frame 200
+
+An ``.eventstream.jsonl`` recording is the exception to byte-exact serving: Bedrock's binary
+frames are kept as readable JSON lines and framed when the recording is loaded (see
+``bedrock``); ``body`` is then the frames, so faults cut the binary stream.
 
 A ``.json-array.json`` recording is a stream too: Gemini's ``streamGenerateContent`` without
 ``alt=sse`` answers with one JSON array whose elements arrive as the model makes them.
 
 A ``.json`` recording whose name has an ``error`` segment replays a provider's error response:
 ``error.<3-digit code>`` (``gemini.error.429.json``) is served with that status,
-``error.overloaded`` (``anthropic.error.overloaded.json``) with Anthropic's 529, and any other
-(``openai.error.json``) with 400. Streams named ``...error.sse`` are mid-stream errors, which
-providers send after a 200, so they keep 200.
+``error.overloaded`` (``anthropic.error.overloaded.json``) with Anthropic's 529,
+``error.<Bedrock exception>`` (``bedrock.error.ThrottlingException.json``) with its status in
+Bedrock's API reference, and any other (``openai.error.json``) with 400. A Bedrock endpoint
+sends the exception's type in ``x-amzn-ErrorType``: the segment after the status that names one
+(``bedrock.error.429.ModelNotReadyException.json``), else the status's usual type. Streams
+named ``...error.sse`` are mid-stream errors, which providers send after a 200, so they keep 200.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
+
+from proxy.emulator.bedrock import BEDROCK_STATUSES, frame_lines, split_frames
 
 # The alternation tries CRLF first, so a CR immediately followed by LF is one line ending.
 _LINE_ENDING: Final = re.compile(rb"\r\n|\r|\n")
@@ -131,7 +143,10 @@ def _whole(data: bytes) -> tuple[bytes, ...]:
 
 
 # Searched in order: the first ending a name has is its format.
+_EVENTSTREAM: Final = "application/vnd.amazon.eventstream"
 _FORMATS: Final = (
+    (".eventstream.jsonl", _Format(_EVENTSTREAM, streamed=True, split=frame_lines)),
+    (".eventstream", _Format(_EVENTSTREAM, streamed=True, split=split_frames)),
     (".json-array.json", _Format("application/json", streamed=True, split=split_array)),
     (".json", _Format("application/json", streamed=False, split=_whole)),
     (".sse", _Format("text/event-stream", streamed=True, split=split_events)),
@@ -164,7 +179,16 @@ def recording_status(name: str) -> int:
     qualifier = following[0] if following else ""
     if len(qualifier) == 3 and qualifier.isdigit() and 400 <= int(qualifier) <= 599:
         return int(qualifier)
-    return _ERROR_STATUSES.get(qualifier, _DEFAULT_ERROR_STATUS)
+    return _ERROR_STATUSES.get(qualifier, BEDROCK_STATUSES.get(qualifier, _DEFAULT_ERROR_STATUS))
+
+
+def recording_exception(name: str) -> str | None:
+    """The Bedrock exception an error recording's name gives, if any (module docstring)."""
+    segments = name.split(".")
+    if "error" not in segments[:-1]:
+        return None
+    named = [s for s in segments[segments.index("error") + 1 : -1] if s.endswith("Exception")]
+    return named[0] if named else None
 
 
 def parse_recording(name: str, data: bytes) -> Recording:
@@ -172,13 +196,16 @@ def parse_recording(name: str, data: bytes) -> Recording:
     form = _format(name)
     if form is None:
         raise ValueError(f"{name!r} is not a recording's name")
+    body_events = form.split(data)
+    if form.split is frame_lines:
+        data = b"".join(body_events)
     return Recording(
         name=name,
         status=recording_status(name),
         content_type=form.content_type,
         streamed=form.streamed,
         body=data,
-        events=form.split(data),
+        events=body_events,
     )
 
 

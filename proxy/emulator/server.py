@@ -13,6 +13,12 @@
     POST .../api/chat, .../api/generate             Ollama's ``api-chat`` and ``api-generate``
     POST .../api/embed                              Ollama's ``api-embed``
     POST .../{model}/generate_stream, /generate     TGI's ``generate-stream`` and ``generate``
+    POST .../model/{id}/converse, /converse-stream  Bedrock's ``converse``, ``converse-stream``
+    POST .../model/{id}/invoke                      Bedrock's ``invoke`` (InvokeModel)
+    POST .../models/{model}:predict                 Vertex AI's ``predict`` (embeddings)
+    POST .../models/{model}:rawPredict              Vertex AI's Claude: Anthropic's ``messages``
+    POST .../models/{model}:streamRawPredict        (streamed: ``.stream.sse``)
+    POST /token                                     OAuth tokens for Vertex AI (``cloud``)
     GET  .../models                                 every model a request can ask for
     GET  /_emulator/requests                        the requests received, newest last (1000)
     DELETE /_emulator/requests                      forget them
@@ -21,7 +27,8 @@
 
 A body that is not JSON gets 400, a body without a string ``model`` 400 (unless the path names
 the model), an unknown fault 400 and a model with no recording 404, each with an error body in
-the envelope of the endpoint's provider (see ``envelope``).
+the envelope of the endpoint's provider (see ``envelope``). Bedrock's and Vertex AI's paths
+first check the request's credentials when the app is given some (see ``cloud``).
 """
 
 from __future__ import annotations
@@ -41,6 +48,13 @@ from typing import Any, Final, TypedDict
 import orjson
 from aiohttp import web
 
+from proxy.emulator.cloud import (
+    CloudAuth,
+    answer_token,
+    check_bedrock,
+    check_vertex,
+    is_vertex_path,
+)
 from proxy.emulator.endpoint import (
     ENDPOINTS,
     Endpoint,
@@ -55,7 +69,9 @@ from proxy.emulator.envelope import ErrorInfo
 from proxy.emulator.fault import Fault, FaultError, parse_fault, split_model
 from proxy.emulator.playback import Playback, error_response, play
 from proxy.emulator.recording import parse_recording
+from proxy.emulator.sigv4 import AwsKey
 from proxy.emulator.store import RECORDINGS_DIR, RecordingStore
+from proxy.emulator.sts import answer_assume_role
 
 REQUEST_LOG_SIZE: Final = 1000
 # Large enough for any prompt a test sends; the proxy, not the emulator, enforces body limits.
@@ -85,6 +101,11 @@ class Emulator:
     requests: deque[RecordedRequest]
     responding: dict[asyncio.Task[Any], web.Request]
     """The requests being answered, by the task answering each."""
+    cloud: CloudAuth
+    tokens: dict[str, float]
+    """The access tokens ``/token`` issued, with when each expires (``time.monotonic``)."""
+    roles: dict[str, AwsKey]
+    """The temporary keys ``/sts`` issued for roles assumed, which Bedrock's paths take too."""
 
 
 EMULATOR: Final = web.AppKey("emulator", Emulator)
@@ -95,13 +116,15 @@ def build_emulator_app(
     *,
     chunk_delay: float = 0.0,
     faults: Mapping[str, str] | None = None,
+    cloud: CloudAuth | None = None,
 ) -> web.Application:
     """The emulator, replaying ``recordings`` (None: the packaged ones).
 
     ``chunk_delay`` is the pause in seconds between a stream's events. ``faults`` maps an
     endpoint name (``chat``, ``completions``, ``messages``, ``models``, ...: ``ENDPOINTS``) to
     the fault every request to it gets unless its model names another; ValueError if one
-    cannot be parsed.
+    cannot be parsed. ``cloud``: the Bedrock and Vertex AI credentials it accepts (None:
+    those paths take any request).
     """
     if not math.isfinite(chunk_delay) or chunk_delay < 0:
         raise ValueError(f"chunk_delay must be a number of seconds, not {chunk_delay!r}")
@@ -113,11 +136,16 @@ def build_emulator_app(
         route_faults=route_faults,
         requests=deque(maxlen=REQUEST_LOG_SIZE),
         responding={},
+        cloud=cloud or CloudAuth(),
+        tokens={},
+        roles={},
     )
     app.on_shutdown.append(_cut_off_responses)
     app.on_response_prepare.append(_set_cookie)
     app.router.add_get("/_emulator/requests", _list_requests)
     app.router.add_delete("/_emulator/requests", _clear_requests)
+    app.router.add_post("/token", _issue_token)
+    app.router.add_post("/sts", _assume_role)
     app.router.add_route("*", "/{path:.*}", _answer)
     return app
 
@@ -129,6 +157,7 @@ async def run_emulator(
     chunk_delay: float = 0.0,
     *,
     faults: Mapping[str, str] | None = None,
+    cloud: CloudAuth | None = None,
     stop_signals: bool = False,
 ) -> None:
     """Serve the emulator on ``host``:``port`` until cancelled.
@@ -136,7 +165,7 @@ async def run_emulator(
     ``stop_signals``: also stop on SIGTERM and SIGINT (as a process of its own, where it may
     be PID 1 in a container, which gets no default SIGTERM handling).
     """
-    app = build_emulator_app(recordings, chunk_delay=chunk_delay, faults=faults)
+    app = build_emulator_app(recordings, chunk_delay=chunk_delay, faults=faults, cloud=cloud)
     # Cancelling the handler of a client that went away ends its hang or stall at once; an
     # access log would only slow benchmarks down.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -204,6 +233,19 @@ async def _clear_requests(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def _issue_token(request: web.Request) -> web.Response:
+    emulator = request.app[EMULATOR]
+    emulator.requests.append(_record(request, None))
+    return await answer_token(request, emulator.cloud, emulator.tokens)
+
+
+async def _assume_role(request: web.Request) -> web.Response:
+    emulator = request.app[EMULATOR]
+    emulator.requests.append(_record(request, None))
+    keys = dict(emulator.cloud.aws_keys)
+    return await answer_assume_role(request, keys, emulator.roles, emulator.cloud.role_lifetime)
+
+
 async def _answer(request: web.Request) -> web.StreamResponse:
     emulator = request.app[EMULATOR]
     task = asyncio.current_task()
@@ -217,12 +259,22 @@ async def _answer(request: web.Request) -> web.StreamResponse:
 
 
 async def _answer_request(request: web.Request, emulator: Emulator) -> web.StreamResponse:
-    payload = _parse_json(await request.read())
+    body = await request.read()
+    payload = _parse_json(body)
     emulator.requests.append(_record(request, payload))
     endpoint = match_endpoint(request.path)
     if endpoint is None:
         message = f"Invalid URL ({request.method} {request.path})"
         return error_response(ErrorInfo(404, message, code="unknown_url"))
+    refused = (
+        check_bedrock(request, body, emulator.cloud, emulator.roles)
+        if endpoint.dialect == "bedrock"
+        else check_vertex(request, emulator.cloud, emulator.tokens)
+        if is_vertex_path(request.path)
+        else None
+    )
+    if refused is not None:
+        return refused
     if request.method != endpoint.method:
         message = f"{request.method} is not allowed on {request.path}; use {endpoint.method}"
         error = ErrorInfo(405, message)
@@ -272,7 +324,7 @@ def _requested_model(
     if endpoint.model_in_path:
         if not isinstance(payload, dict):
             return ErrorInfo(400, "the request body must be a JSON object")
-        in_path = path_model(endpoint, request.path)
+        in_path = path_model(endpoint, request.path, request.raw_path.partition("?")[0])
         if not in_path:
             return ErrorInfo(400, f"the path names no model before {endpoint.suffix}")
         return in_path, payload

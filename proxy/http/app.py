@@ -38,6 +38,7 @@ from proxy.http.admin import handle_admin
 from proxy.http.batch import REPORT_DELAY, Batch
 from proxy.http.cache.service import ResponseCache
 from proxy.http.cache.stores import store_for as cache_store
+from proxy.http.cloud import warm
 from proxy.http.completion import authorization, handle_completion
 from proxy.http.deadline import Deadlines
 from proxy.http.faces import rate_limit_headers
@@ -225,6 +226,7 @@ class Gateway:
         cache = self.state.runtime.config.cache
         if cache is not None:
             self.state.cache = ResponseCache(cache_store(cache, settings.shared))
+        await warm(target.signer for target in self.state.runtime.targets.values())
         self.state.ready = True
 
     async def close(self) -> None:

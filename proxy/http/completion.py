@@ -20,7 +20,7 @@ from aiohttp import HttpVersion11, web
 
 from proxy.core.balancer import AttemptPlan
 from proxy.core.cache.entry import Entry
-from proxy.core.config import Deployment, Model, Provider, Team
+from proxy.core.config import Deployment, Model, Provider, Team, dialect_of
 from proxy.core.errors import (
     BodyTooLarge,
     ExpectationFailed,
@@ -28,6 +28,7 @@ from proxy.core.errors import (
     ProxyError,
     ServiceUnavailable,
     UpstreamError,
+    UpstreamStatusError,
     UpstreamTimeout,
     handled,
 )
@@ -85,8 +86,8 @@ def _upstream_body(
     """The body for one deployment: the client's passed through, or translated."""
     if passthrough:
         assert call is not None
-        return body_as_it_came(call, deployment.model)
-    dialect = DIALECTS[provider.dialect]
+        return body_as_it_came(call, deployment.model, dialect_of(provider, deployment))
+    dialect = DIALECTS[dialect_of(provider, deployment)]
     embeddings = client_request.endpoint == "embeddings"
     if (dialect.embed_request if embeddings else dialect.request) is None:
         # The client's body, as it came but for the model: upstream_request's own first case,
@@ -194,7 +195,9 @@ async def handle_completion(
         # Claude Code asks for 32,000 whatever the model: above a model's limit, its limit.
         asked = client_request.max_tokens
         clamp_max_tokens(client_request, model.max_tokens)
-        if any(config.providers[d.provider].api == "anthropic" for d in model.deployments):
+        providers = config.providers
+        if any(passes_through(call, providers[d.provider], dialect_of(providers[d.provider], d))
+               for d in model.deployments):  # fmt: skip
             # An Anthropic deployment gets the body as it came: its reservation covers that.
             client_request.max_tokens = asked
 
@@ -420,13 +423,17 @@ async def _attempt(
     ``call``: a request in another API's shape (the Responses API, Anthropic's Messages), made
     the chat request ``client_request``; passed through as it came to a provider that speaks
     that API itself. ``extra``: header lines of this attempt's own (its trace context)."""
-    passthrough = passes_through(call, provider)
+    dialect = dialect_of(provider, deployment)
+    passthrough = passes_through(call, provider, dialect)
     endpoint = upstream_endpoint(call, client_request, passthrough)
     target = runtime.targets[provider.name]
     destination = _destination(target, endpoint, model, deployment, exchange.endpoint)
     if passthrough and isinstance(call, MessagesCall):
-        destination = destination.with_headers(anthropic_headers(request, provider))
-    ctx = _request_context(runtime, model, provider, client_request, endpoint)
+        given = anthropic_headers(request, provider)
+        if provider.api == "vertex":
+            given.pop("anthropic-version", None)  # rawPredict's body carries Vertex's own
+        destination = destination.with_headers(given)
+    ctx = _request_context(runtime, model, dialect, client_request, endpoint)
     if kept is not None:
         kept.body = None  # an earlier attempt's answer, if any, was not this one
         if passthrough:
@@ -442,6 +449,11 @@ async def _attempt(
         body = await asyncio.to_thread(_upstream_body, *made)
     else:
         body = _upstream_body(*made)
+    if target.signer is not None:
+        # Signed over the final body and URL; bounded by the signer's own timeout, before the
+        # first-byte deadline starts (a token fetch is not the upstream's slowness).
+        stream_url = destination.stream_url if client_request.stream else None
+        extra += await target.signer.sign(stream_url or destination.url, body)
     timeouts = provider.timeouts
     limit = runtime.config.server.max_response_bytes
     assert state.client is not None and state.deadlines is not None
@@ -458,6 +470,19 @@ async def _attempt(
             response = await state.client.send(
                 destination, target, body, stream=client_request.stream, extra=extra
             )
+        except UpstreamStatusError as refused:
+            if target.signer is not None and refused.upstream_status in _CLOUD_REFUSALS:
+                # The cloud refused the proxy's own identity or its permissions: the
+                # operator's to fix, never the client's key (docs/providers/vertex.md).
+                refused.client_status = 502
+                log.warning(
+                    "provider %s refused the proxy's credentials (%d%s): %s",
+                    provider.name,
+                    refused.upstream_status,
+                    f" {refused.code}" if refused.code else "",
+                    runtime.redact(refused.message),
+                )
+            raise
         except asyncio.CancelledError:
             if not timer.expired():
                 raise  # cancelled from outside: the client left
@@ -487,6 +512,11 @@ async def _attempt(
         timer.close()  # whatever happened: a retry's backoff must not be cut short by it
 
 
+# A cloud's answers to credentials it refuses: 401 (a token it does not take) and 403 (a
+# signature, or an identity without the permission).
+_CLOUD_REFUSALS: Final = frozenset({401, 403})
+
+
 def _destination(
     target: Target,
     endpoint: Endpoint,
@@ -512,7 +542,7 @@ def _destination(
 def _request_context(
     runtime: Runtime,
     model: Model,
-    provider: Provider,
+    dialect: str,
     client_request: ClientRequest,
     endpoint: Endpoint,
 ) -> RequestContext:
@@ -524,7 +554,7 @@ def _request_context(
         include_usage=client_request.include_usage,
         max_tokens=client_request.max_tokens,
         reasoning=model.reasoning,
-        dialect=provider.dialect,
+        dialect=dialect,
         n=client_request.n,
         prompt=client_request.prompt,
         redact=runtime.redact,

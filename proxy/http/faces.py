@@ -10,8 +10,10 @@ from typing import Final, TypeAlias
 
 from proxy.core.config import Provider
 from proxy.core.errors import InvalidRequest
-from proxy.core.request import ClientRequest, Endpoint, parse_request
+from proxy.core.request import ClientRequest, Endpoint, encode_body, parse_request
 from proxy.normalize import API_FAMILIES, ApiFamily
+from proxy.normalize.dialects.anthropic import DIALECT as ANTHROPIC
+from proxy.normalize.dialects.vertex import VERTEX_ANTHROPIC, raw_predict_body
 from proxy.normalize.faces.anthropic.passthrough import ANTHROPIC_PASSTHROUGH
 from proxy.normalize.faces.anthropic.present import MessagesPresenter
 from proxy.normalize.faces.anthropic.request import MessagesCall, messages_request
@@ -36,6 +38,8 @@ PATHS: Final = {
 }
 
 
+# The dialects that speak Anthropic's Messages API: the face's calls go to them as they came.
+_MESSAGES_DIALECTS: Final = frozenset({ANTHROPIC.name, VERTEX_ANTHROPIC.name})
 _CHAT_APIS: Final[dict[str, Endpoint]] = {
     "chat": "chat",
     "completions": "completions",
@@ -54,12 +58,13 @@ def read_call(
     return parse_request(raw, _CHAT_APIS[endpoint], model=azure_deployment), None
 
 
-def passes_through(call: Call | None, provider: Provider) -> bool:
-    """Whether ``provider`` takes the call as it came: it speaks the face's API itself."""
+def passes_through(call: Call | None, provider: Provider, dialect: str) -> bool:
+    """Whether ``provider`` takes the call as it came: it speaks the face's API itself (Claude
+    on Vertex AI does, in its ``dialect``)."""
     if isinstance(call, ResponsesCall):
         return provider.responses
     if isinstance(call, MessagesCall):
-        return provider.api == "anthropic"
+        return dialect in _MESSAGES_DIALECTS
     return False
 
 
@@ -70,9 +75,11 @@ def upstream_endpoint(call: Call | None, client_request: ClientRequest, through:
     return client_request.endpoint
 
 
-def body_as_it_came(call: Call, upstream_model: str) -> bytes:
+def body_as_it_came(call: Call, upstream_model: str, dialect: str) -> bytes:
     if isinstance(call, ResponsesCall):
         return passthrough_body(call.body, upstream_model)
+    if dialect == VERTEX_ANTHROPIC.name:
+        return encode_body(raw_predict_body(call.body))
     return messages_body(call.body, upstream_model)
 
 

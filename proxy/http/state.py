@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from proxy.core.auth import KeyRing
 from proxy.core.circuit import CircuitBreaker
-from proxy.core.config import Config, Deployment, Model, Routing
+from proxy.core.config import Config, Deployment, Model, Provider, Routing
 from proxy.core.exchange import Exchange, Trace
 from proxy.core.prices import Price
 from proxy.core.redact import Redactor
 from proxy.core.routing import ModelTable
+from proxy.http.cloud import Signer, signer_for
 from proxy.http.deadline import Deadlines
 from proxy.http.limits.limiter import Limiter, Shown
 from proxy.http.pipe import Relays
@@ -137,12 +138,12 @@ class Runtime:
 
     @classmethod
     def from_config(cls, config: Config, previous: Runtime | None = None) -> Runtime:
-        deployed: dict[str, set[str]] = {name: set() for name in config.providers}
+        deployed: dict[str, list[Deployment]] = {name: [] for name in config.providers}
         for model in config.models.values():
             for deployment in model.deployments:
-                deployed[deployment.provider].add(deployment.model)
+                deployed[deployment.provider].append(deployment)
         targets = {
-            name: target_for(provider, sorted(deployed[name]))
+            name: target_for(provider, deployed[name], _signer(provider, previous))
             for name, provider in config.providers.items()
         }
         kept: dict[DeploymentKey, CircuitBreaker] = {}
@@ -172,6 +173,23 @@ class Runtime:
             Redactor(config.secrets),
             {name: limit_plan(config, model) for name, model in config.models.items()},
         )
+
+
+def _signer(provider: Provider, previous: Runtime | None) -> Signer | None:
+    """The provider's signer, the one before a reload if its identity is unchanged: its
+    credentials stay cached rather than fetched again by every worker at once."""
+    if provider.cloud is None:
+        return None
+    if previous is not None:
+        before = previous.config.providers.get(provider.name)
+        target = previous.targets.get(provider.name)
+        if (
+            before is not None
+            and target is not None
+            and (before.cloud, before.api_key) == (provider.cloud, provider.api_key)
+        ):
+            return target.signer
+    return signer_for(provider)
 
 
 def _breaker(kept: CircuitBreaker | None, routing: Routing) -> CircuitBreaker:

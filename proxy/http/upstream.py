@@ -26,7 +26,7 @@ import orjson
 from yarl import URL
 
 from proxy import __version__
-from proxy.core.config import MAX_CONNECTIONS, Provider
+from proxy.core.config import MAX_CONNECTIONS, Deployment, Provider, dialect_of
 from proxy.core.errors import (
     UpstreamConnectError,
     UpstreamError,
@@ -35,9 +35,11 @@ from proxy.core.errors import (
     UpstreamTimeout,
 )
 from proxy.core.request import Endpoint
+from proxy.http.cloud import Signer
 from proxy.http.connection import Body, BrokenAnswer, InvalidAnswer, UpstreamConnection
 from proxy.http.pool import Origin, Pool, Slots
-from proxy.normalize.dialects import DIALECTS
+from proxy.normalize.dialects import DIALECTS, Dialect
+from proxy.normalize.dialects.bedrock_errors import aws_error, error_name
 from proxy.normalize.fields import upstream_error
 
 # An upstream's error body is read up to this size; the rest is of no use to anybody.
@@ -116,15 +118,52 @@ class Target:
     connect: float  # seconds to open a connection; the rest is bounded by the caller's deadlines
     # Its requests holding a connection: taken before ``send``, given back by the response.
     slots: Slots = field(default_factory=lambda: Slots(MAX_CONNECTIONS))
+    # A cloud provider's: the headers that authenticate each request (proxy.http.cloud).
+    signer: Signer | None = None
 
     def destination(self, endpoint: Endpoint, model: str) -> Destination | None:
         found = self.destinations.get(endpoint)
         return found if found is not None else self.destinations.get((endpoint, model))
 
 
-def target_for(provider: Provider, models: Iterable[str] = ()) -> Target:
-    """The provider's target; ``models``: the upstream models deployed on it."""
-    dialect = DIALECTS[provider.dialect]
+def target_for(
+    provider: Provider, deployed: Iterable[Deployment] = (), signer: Signer | None = None
+) -> Target:
+    """The provider's target; ``deployed``: the deployments on it (a dialect whose paths name
+    the model has a destination for each model; on Vertex AI, each in its publisher's dialect)."""
+    models: dict[str, str] = {d.model: dialect_of(provider, d) for d in deployed}
+    destinations: dict[Endpoint | tuple[Endpoint, str], Destination] = {}
+    # Vertex AI's deployments each speak their publisher's dialect; any other provider's, its own.
+    for name in dict.fromkeys(models.values()) or (provider.dialect,):
+        dialect = DIALECTS[name]
+        headers = _headers(provider, dialect)
+
+        def url(path: str, model: str, safe: str = dialect.model_safe) -> URL:
+            path = path.replace("{model}", quote(model, safe=safe))
+            # A dialect's path may carry its own query (Gemini's alt=sse); the provider's joins.
+            if safe:
+                return URL(provider.base_url + path, encoded=False).extend_query(provider.query)
+            # Escaped as it goes on the wire (and is signed): yarl would unescape a ":".
+            base = str(URL(provider.base_url, encoded=False))
+            return URL(base + path, encoded=True).extend_query(provider.query)
+
+        spoken = [model for model, its in models.items() if its == name]
+        for endpoint, path in dialect.paths.items():
+            stream_path = dialect.stream_paths.get(endpoint)
+            keys: list[tuple[Endpoint | tuple[Endpoint, str], str]] = (
+                [((endpoint, model), model) for model in spoken]
+                if "{model}" in path or (stream_path and "{model}" in stream_path)
+                else [(endpoint, "")]
+            )
+            for key, model in keys:
+                stream_url = url(stream_path, model) if stream_path else None
+                destinations[key] = Destination(url(path, model), headers, stream_url)
+    slots = Slots(provider.max_connections)
+    return Target(destinations, provider.timeouts.connect, slots, signer)
+
+
+def _headers(provider: Provider, dialect: Dialect) -> dict[str, str]:
+    """Every request's headers to ``provider`` in ``dialect``, but the body's length."""
     given = {name.lower() for name in provider.headers}
     headers = {} if "content-type" in given else {"Content-Type": "application/json"}
     headers.update((k, v) for k, v in dialect.headers.items() if k.lower() not in given)
@@ -134,24 +173,7 @@ def target_for(provider: Provider, models: Iterable[str] = ()) -> Target:
         # Credentials the configuration sets itself win over the dialect's way of sending them.
         if not given & (_AUTH_HEADERS | {name.lower() for name in auth}):
             headers.update(auth)
-
-    def url(path: str, model: str) -> URL:
-        path = path.replace("{model}", quote(model, safe=":@"))
-        # A dialect's path may carry its own query (Gemini's alt=sse); the provider's joins it.
-        return URL(provider.base_url + path, encoded=False).extend_query(provider.query)
-
-    destinations: dict[Endpoint | tuple[Endpoint, str], Destination] = {}
-    for endpoint, path in dialect.paths.items():
-        stream_path = dialect.stream_paths.get(endpoint)
-        keys: list[tuple[Endpoint | tuple[Endpoint, str], str]] = (
-            [((endpoint, model), model) for model in models]
-            if "{model}" in path or (stream_path and "{model}" in stream_path)
-            else [(endpoint, "")]
-        )
-        for key, model in keys:
-            stream_url = url(stream_path, model) if stream_path else None
-            destinations[key] = Destination(url(path, model), headers, stream_url)
-    return Target(destinations, provider.timeouts.connect, Slots(provider.max_connections))
+    return headers
 
 
 # What can come out of talking to a provider, for callers that catch it themselves on a hot path:
@@ -196,12 +218,14 @@ def status_error(
     content_type: str,
     body: bytes,
     retry_after: str | None,
+    error_type: str | None = None,
 ) -> UpstreamStatusError:
     """The error for an upstream's non-200 answer, in whatever envelope it came.
 
     OpenAI-style ``{"error": {...}}``, Anthropic's ``{"type": "error", "error": {...}}``,
     Gemini's ``{"error": {"code", "message", "status"}}``, a bare ``{"message"}`` or
-    ``{"detail"}``, plain text, or a load balancer's HTML page.
+    ``{"detail"}``, plain text, or a load balancer's HTML page. AWS's (Bedrock's) is a bare
+    ``{"message"}`` whose type is in the ``x-amzn-ErrorType`` header (``error_type``).
     """
     message: str | None = None
     exc: UpstreamStatusError | None = None
@@ -217,8 +241,10 @@ def status_error(
                 if retry_after is None:
                     retry_after = retry_delay(payload["error"])
             else:
-                found = payload.get("message") or payload.get("detail")
+                found = payload.get("message") or payload.get("Message") or payload.get("detail")
                 message = found if isinstance(found, str) else None
+                if error_type is None and isinstance(payload.get("__type"), str):
+                    error_type = payload["__type"]  # AWS's JSON protocol names it in the body
     if exc is None:
         if message is None:
             text = body.decode("utf-8", "replace").strip()
@@ -230,7 +256,10 @@ def status_error(
                 # redaction (of whole secrets, later) cannot recognize.
                 text = text[: TEXT_MAX + 1].rpartition(" ")[0]
             message = text or f"The upstream answered {status} {reason}".rstrip()
-        exc = UpstreamStatusError(message, upstream_status=status)
+        if error_type:
+            exc = aws_error(status, error_name(error_type), message)
+        else:
+            exc = UpstreamStatusError(message, upstream_status=status)
     if retry_after is not None:
         exc.retry_after = retry_after_seconds(retry_after)
     return exc
@@ -403,6 +432,7 @@ class UpstreamClient:
                 response.headers.get("content-type", ""),
                 error_bytes,
                 response.headers.get("retry-after"),
+                response.headers.get("x-amzn-errortype"),
             )
         return response
 

@@ -207,8 +207,11 @@ def upstream_error(error: object, status: int = 502) -> UpstreamStatusError:
     """The exception for an upstream ``error`` value, in any envelope it came.
 
     OpenAI: ``{message, type, param, code}``; OpenRouter: ``code`` an int and the kind in
-    ``metadata.error_type``; some servers send a bare string.
+    ``metadata.error_type``; some servers send a bare string. An adapter that knows the error
+    exactly (Bedrock's stream exceptions, by their type) hands over the exception itself.
     """
+    if isinstance(error, UpstreamStatusError):
+        return error
     if isinstance(error, str):
         return UpstreamStatusError(error or "upstream error", upstream_status=status)
     if not isinstance(error, dict):

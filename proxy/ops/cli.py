@@ -9,17 +9,16 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from proxy.core.config import hash_key, load_config
 from proxy.core.errors import ConfigError
 from proxy.core.routing import describe_routes
+from proxy.http.cloud import cloud_problems
 from proxy.ops.server import Listen, run, serve, serve_worker
 from proxy.ops.telemetry import telemetry_problems
-
-# Shipped in the package (a link to config/demo.yaml in the repository).
-DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo.yaml"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,7 +81,7 @@ def _check_config(path: Path) -> int:
     except ConfigError as error:
         _print_problems(path, error)
         return 2
-    if problems := telemetry_problems(config):
+    if problems := telemetry_problems(config) + cloud_problems(config):
         _print_problems(path, ConfigError(problems))
         return 2
     print(f"{path}: OK")
@@ -97,8 +96,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as error:
         _print_problems(args.config, error)
         return 2
-    if problems := telemetry_problems(config):
-        # Refused before any worker starts: never a process that serves and traces nothing.
+    if problems := telemetry_problems(config) + cloud_problems(config):
+        # Refused before any worker starts: never a process that serves and traces nothing,
+        # nor one whose cloud providers cannot sign a request.
         _print_problems(args.config, ConfigError(problems))
         return 2
     workers = args.workers if args.workers is not None else config.server.workers
@@ -167,19 +167,22 @@ Anthropic's SDKs and Claude Code call /v1/messages (docs/anthropic-face.md):
 Models: gpt-4o-mini (OpenAI), llama-3.1-8b (FriendliAI), sabia-4 (Maritaca),
 gpt-5-nano (Azure), llama-3.3-70b (Groq), deepseek-r1 (DeepSeek),
 claude-sonnet-4 (Anthropic), claude-llama-3.1-8b (FriendliAI), gemini-2.5-flash (Gemini),
-gpt-4o-mini-responses (OpenAI's Responses API), text-embedding-3-small (embeddings).
+gpt-4o-mini-responses (OpenAI's Responses API), text-embedding-3-small (embeddings),
+claude-sonnet-4-bedrock (AWS Bedrock, signed), gemini-2.5-flash-vertex (Vertex AI),
+claude-sonnet-4-vertex (Vertex AI; both with an OAuth token).
 Ctrl-C stops.
 """
 
 
 def _demo(args: argparse.Namespace) -> int:
     from proxy.emulator import run_emulator
+    from proxy.ops.demo import DEMO_CONFIG, prepare
 
-    config_path = DEMO_CONFIG
+    emulator_url = f"http://127.0.0.1:{args.emulator_port}"
     try:
-        load_config(config_path, {"EMULATOR_URL": f"http://127.0.0.1:{args.emulator_port}"})
+        shipped = load_config(DEMO_CONFIG, {"EMULATOR_URL": emulator_url})
     except ConfigError as error:
-        _print_problems(config_path, error)
+        _print_problems(DEMO_CONFIG, error)
         return 2
     for port in (args.port, args.emulator_port):
         with socket.socket() as probe:
@@ -189,22 +192,29 @@ def _demo(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return 2
-    os.environ["EMULATOR_URL"] = f"http://127.0.0.1:{args.emulator_port}"
-    listen = Listen(config_path, "127.0.0.1", args.port, 1)
+    with tempfile.TemporaryDirectory(prefix="llm-proxy-demo-") as folder:
+        demo = prepare(Path(folder), emulator_url, shipped)
+        os.environ.update({"EMULATOR_URL": emulator_url, **demo.env})
+        listen = Listen(demo.config, "127.0.0.1", args.port, 1)
 
-    async def both() -> None:
-        emulator = asyncio.create_task(run_emulator("127.0.0.1", args.emulator_port))
-        try:
-            await serve_worker(
-                listen, reuse_port=False, ready=lambda: print(_demo_text(args.port), flush=True)
+        def ready() -> None:
+            print(_demo_text(args.port), flush=True)
+            if demo.note:
+                print(demo.note, flush=True)
+
+        async def both() -> None:
+            emulator = asyncio.create_task(
+                run_emulator("127.0.0.1", args.emulator_port, cloud=demo.cloud)
             )
-        finally:
-            emulator.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await emulator
+            try:
+                await serve_worker(listen, reuse_port=False, ready=ready)
+            finally:
+                emulator.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await emulator
 
-    with contextlib.suppress(KeyboardInterrupt):
-        run(both)
+        with contextlib.suppress(KeyboardInterrupt):
+            run(both)
     return 0
 
 

@@ -40,6 +40,7 @@ from proxy.core.config import Config, load_config
 from proxy.core.errors import ConfigError, InvalidRequest, ProxyError, error_body
 from proxy.core.telemetry_config import Otlp
 from proxy.http.app import Gateway, Observer, Runtime, State
+from proxy.http.cloud import cloud_problems
 from proxy.http.reply import JsonReply
 from proxy.ops.access_log import AccessLog
 from proxy.ops.collector import Collector
@@ -432,6 +433,8 @@ def reload_config(state: State, path: Path) -> bool:
     """
     try:
         config = load_config(path)
+        if problems := cloud_problems(config):
+            raise ConfigError(problems)
     except ConfigError as error:
         log.error("reload of %s refused, the configuration in force stays:", path)
         for problem in error.problems:

@@ -135,10 +135,10 @@ BAD = [
     (doc(providers="{p: https://p}"), ["providers.p: must be a mapping"]),
     (doc(providers="{p: null}"), ["providers.p: required key 'base_url' is missing"]),
     (
-        doc(providers="{p: {base_url: 'https://p', api: bedrock, dialect: groq}}"),
+        doc(providers="{p: {base_url: 'https://p', api: sagemaker, dialect: groq}}"),
         [
-            "providers.p.api: unknown API 'bedrock'"
-            " (known: anthropic, cohere, gemini, ollama, openai, tgi)",
+            "providers.p.api: unknown API 'sagemaker'"
+            " (known: anthropic, bedrock, cohere, gemini, ollama, openai, tgi, vertex)",
             "providers.p.dialect: unknown dialect 'groq'"
             " (known: friendli-2024, maritaca-inference, openai)",
         ],

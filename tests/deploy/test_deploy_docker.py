@@ -167,10 +167,13 @@ def test_two_stages_of_one_python_the_final_one_slim() -> None:
     # checks the image built)
     assert any(re.search(r"-m pip uninstall [^&]* pip\b", run) for run in final.all("RUN"))
     # Only runtime dependencies in the virtualenv, which has no pip: the project, not editable,
-    # with the otel extra alone (docs/telemetry.md), its bytecode compiled.
+    # with the otel, aws and gcp extras alone (docs/telemetry.md, docs/providers/), its bytecode
+    # compiled.
     assert any("venv --without-pip /opt/llm-proxy" in run for run in build.all("RUN"))
     (install,) = [" ".join(run.split()) for run in build.all("RUN") if "install" in run]
-    expected = 'pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile "./[otel]"'
+    expected = (
+        'pip --python /opt/llm-proxy/bin/python install --no-cache-dir --compile "./[otel,aws,gcp]"'
+    )
     assert install == expected, install
 
 

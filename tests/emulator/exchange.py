@@ -60,6 +60,8 @@ def packaged(name: str) -> bytes:
 
 
 def served_type(name: str) -> str:
+    if name.endswith((".eventstream", ".eventstream.jsonl")):
+        return "application/vnd.amazon.eventstream"
     if name.endswith(".sse"):
         return "text/event-stream"
     return "application/x-ndjson" if name.endswith(".ndjson") else "application/json"

@@ -123,10 +123,12 @@ async def test_native_unknown_model_is_404(
 @pytest.mark.parametrize(
     ("path", "model"),
     [
-        # The server decodes %2F, but the model is only the path's last segment.
-        ("/v1beta/models/..%2F..%2Fsecret.json:generateContent", "secret.json"),
+        # An escaped "/" stays inside the model's segment (Bedrock's ARNs need it), and
+        # becomes "_" in a recording's name.
+        ("/v1beta/models/..%2F..%2Fsecret.json:generateContent", "../../secret.json"),
         ("/v1beta/models/.openai.chat.json:generateContent", ".openai.chat.json"),
-        ("/tgi/..%2F..%2Fsecret.json/generate", "secret.json"),
+        ("/tgi/..%2F..%2Fsecret.json/generate", "../../secret.json"),
+        ("/model/..%2F..%2Fsecret.json/converse", "../../secret.json"),
         ("/README.md/generate_stream", "README.md"),
     ],
 )

@@ -61,6 +61,9 @@ def test_split_model() -> None:
     assert split_model("openai") == ("openai", None)
     assert split_model("openai@reset-after=200") == ("openai", "reset-after=200")
     assert split_model("openai@") == ("openai", "")
+    # Vertex's Claude versions are part of the name; a fault follows them.
+    assert split_model("claude-sonnet-4@20250514") == ("claude-sonnet-4@20250514", None)
+    assert split_model("claude-sonnet-4@20250514@hang") == ("claude-sonnet-4@20250514", "hang")
 
 
 @pytest.mark.parametrize(

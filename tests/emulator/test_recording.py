@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
 from proxy.emulator import RECORDINGS_DIR, build_emulator_app
+from proxy.emulator.bedrock import frame_lines
 from proxy.emulator.recording import (
     content_type,
     parse_recording,
@@ -33,6 +34,13 @@ OWN = {
     "openai.embeddings.json": EMBEDDINGS / "contract.openai.embeddings.json",
     "openai.responses.json": RESPONSES / "contract.openai.responses.json",
     "openai.responses.stream.sse": RESPONSES / "contract.openai.responses.stream.sse",
+    "vertex.predict.json": EMBEDDINGS / "contract.vertex.predict.json",
+}
+# Written in the shape of Titan Text Embeddings V2's InvokeModel answer, for the demo: no copy.
+WRITTEN = frozenset({"bedrock.invoke.json"})
+# Readable recordings of the catalogue's binary event streams: framed, they are its bytes.
+FRAMED = {
+    "bedrock.converse-stream.eventstream.jsonl": CATALOGUE / "bedrock.converse-stream.eventstream"
 }
 
 
@@ -41,6 +49,9 @@ PACKAGED = (
     "anthropic.messages.json",
     "anthropic.messages.stream.sse",
     "azure.chat.stream.model-router.sse",
+    "bedrock.converse-stream.eventstream.jsonl",
+    "bedrock.converse.json",
+    "bedrock.invoke.json",
     "cohere.chat.json",
     "cohere.chat.stream.sse",
     "deepseek.chat.json",
@@ -70,6 +81,7 @@ PACKAGED = (
     "openai.responses.json",
     "openai.responses.stream.sse",
     "tgi.generate-stream.sse",
+    "vertex.predict.json",
 )
 
 
@@ -168,6 +180,10 @@ def test_recording_format_follows_the_name(name: str, kind: str, streamed: bool)
         ("anthropic.error.overloaded.json", 529),
         ("openrouter.chat.stream.error.sse", 200),
         ("anthropic.messages.stream.error.sse", 200),
+        ("bedrock.error.ThrottlingException.json", 429),
+        ("bedrock.error.ModelErrorException.json", 424),
+        ("bedrock.error.429.ModelNotReadyException.json", 429),
+        ("bedrock.converse-stream.error.eventstream.jsonl", 200),
     ],
 )
 def test_recording_status(name: str, status: int) -> None:
@@ -203,10 +219,11 @@ def test_packaged_recordings_are_the_listed_ones() -> None:
 
 @pytest.mark.parametrize("name", PACKAGED)
 def test_packaged_recording_is_a_copy_of_the_catalogue(name: str) -> None:
-    source = OWN.get(name, CATALOGUE / name)
-    if not source.exists():
+    source = FRAMED.get(name, OWN.get(name, CATALOGUE / name))
+    if name in WRITTEN or not source.exists():
         pytest.skip(f"{source} is not there to compare with")
-    assert packaged(name) == source.read_bytes()
+    served = b"".join(frame_lines(packaged(name))) if name in FRAMED else packaged(name)
+    assert served == source.read_bytes()
 
 
 @pytest.mark.parametrize("name", PACKAGED)
@@ -215,5 +232,7 @@ async def test_each_packaged_recording_is_served_by_name(
 ) -> None:
     path = "/api/chat/inference" if "chat-inference" in name else "/v1/chat/completions"
     status, headers, body = await post(session, emulator, path, {"model": name})
-    assert (status, body) == (200, packaged(name))
+    # Bedrock's readable stream recordings are served framed (test_emulator_bedrock.py).
+    framed = b"".join(frame_lines(packaged(name))) if name.endswith(".jsonl") else packaged(name)
+    assert (status, body) == (200, framed)
     assert headers["Content-Type"] == served_type(name)

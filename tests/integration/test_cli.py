@@ -13,13 +13,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.util import find_spec
 from pathlib import Path
 
 import openai
 import pytest
 
 from proxy.core.config import load_config
-from proxy.ops.cli import DEMO_CONFIG, _demo_text
+from proxy.ops.cli import _demo_text
+from proxy.ops.demo import DEMO_CONFIG
 from tests.support.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,7 +219,33 @@ def test_demo_runs_offline_and_answers_the_printed_snippet() -> None:
                 assert events.get_final_response().output_text == passed.output_text
             embedding = client.embeddings.create(model="text-embedding-3-small", input="Hi")
             assert len(embedding.data[0].embedding) == 8
+            if clouds_installed():
+                # Signed, and with a token: the emulator checks both (docs/providers/).
+                for model in ("claude-sonnet-4-bedrock", "gemini-2.5-flash-vertex",
+                              "claude-sonnet-4-vertex"):  # fmt: skip
+                    answer = client.chat.completions.create(
+                        model=model, messages=[{"role": "user", "content": "Hi"}]
+                    )
+                    assert answer.choices[0].message.content, model
+                    stream = client.chat.completions.create(
+                        model=model, stream=True, messages=[{"role": "user", "content": "Hi"}]
+                    )
+                    assert any(c.choices and c.choices[0].finish_reason for c in stream), model
+            else:
+                with pytest.raises(openai.NotFoundError):
+                    client.chat.completions.create(
+                        model="claude-sonnet-4-bedrock",
+                        messages=[{"role": "user", "content": "Hi"}],
+                    )
     assert proc.returncode == 0
+
+
+def clouds_installed() -> bool:
+    """Whether the aws and gcp extras are (the lowest-versions pass runs without them)."""
+    try:
+        return all(find_spec(name) is not None for name in ("botocore", "google.auth"))
+    except ModuleNotFoundError:  # "google" itself is missing
+        return False
 
 
 def test_demo_text_shows_every_endpoint_with_the_demo_models() -> None:
@@ -279,3 +307,42 @@ def test_serve_with_two_workers(tmp_path: Path) -> None:
                     model="gpt-4o", messages=[{"role": "user", "content": "Hi"}]
                 )
                 assert chat.model == "gpt-4o" and chat.choices[0].message.content
+
+
+# Makes the cloud extras look uninstalled to a process that has them: its finder, first on
+# sys.meta_path, says they are not there (as importlib's own finders would).
+_NO_CLOUDS = """
+import sys
+
+class _Uninstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("botocore", "google"):
+            raise ModuleNotFoundError(name)
+        return None
+
+sys.meta_path.insert(0, _Uninstalled())
+"""
+
+
+def test_a_cloud_provider_without_its_extra_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(_NO_CLOUDS)
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        "providers:\n"
+        "  bedrock: {api: bedrock, region: us-east-1}\n"
+        "  vertex: {api: vertex, project: my-project, region: us-east5}\n"
+        "models:\n"
+        "  a: {provider: bedrock, model: x}\n"
+        "  b: {provider: vertex, model: y}\n"
+        "teams: {t: {keys: [sk-test-team], models: ['*']}}\n"
+    )
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    for command in ("check-config", "serve"):
+        result = run_cli(command, *(["--config"] if command == "serve" else []), str(config),
+                         env=env)  # fmt: skip
+        assert result.returncode == 2, result
+        assert (
+            "providers.bedrock: api: bedrock needs the aws extra, which is not installed: "
+            "pip install 'llm-proxy[aws]'" in result.stderr
+        )
+        assert "providers.vertex: api: vertex needs the gcp extra" in result.stderr

@@ -92,6 +92,8 @@ def answer(data: list[Any], tokens: int) -> dict[str, Any]:
 NATIVE = [
     # Gemini counts nothing: "hello" and "goodbye" are 12 characters, 3 tokens by estimate.
     ("gemini", "contract.gemini.batch-embed-contents.json", 3, "estimated"),
+    # Vertex counts per input (statistics.token_count): 1 + 2.
+    ("vertex_google", "contract.vertex.predict.json", 3, "upstream"),
     ("cohere", "contract.cohere.embed.json", 2, "upstream"),
     ("ollama", "contract.ollama.api-embed.json", 8, "upstream"),
 ]
@@ -370,6 +372,12 @@ def test_beyond_float32_cannot_be_base64() -> None:
             429,
             "quota",
         ),
+        (
+            "vertex_google",
+            b'{"error": {"code": 400, "message": "too long", "status": "INVALID_ARGUMENT"}}',
+            400,
+            "too long",
+        ),
     ],
 )
 def test_an_error_object_is_the_upstreams_error(
@@ -387,6 +395,9 @@ def test_an_error_object_is_the_upstreams_error(
         ("gemini", b'{"embeddings": "x"}'),
         ("gemini", b'{"embeddings": [{"value": [1.0]}]}'),
         ("gemini", b'{"embeddings": ["x"]}'),
+        ("vertex_google", b'{"predictions": "x"}'),
+        ("vertex_google", b'{"predictions": [{"embeddings": {"value": [1.0]}}]}'),
+        ("vertex_google", b'{"predictions": [{"values": [1.0]}]}'),
         ("cohere", b'{"id": "x", "embeddings": {"int8": [[1]]}}'),
         ("cohere", b'{"id": "x"}'),
         ("ollama", b'{"model": "m", "embeddings": [[]]}'),

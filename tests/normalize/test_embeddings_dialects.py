@@ -53,6 +53,29 @@ GEMINI = [
         },
     ),
 ]
+VERTEX = [
+    ({"input": "Hi"}, {"instances": [{"content": "Hi"}]}),
+    ({"input": INPUTS}, {"instances": [{"content": "hello"}, {"content": "goodbye"}]}),
+    (
+        {"input": INPUTS, "dimensions": 256},
+        {
+            "instances": [{"content": "hello"}, {"content": "goodbye"}],
+            "parameters": {"outputDimensionality": 256},
+        },
+    ),
+    ({"input": "Hi", "encoding_format": "base64", "user": "u"}, {"instances": [{"content": "Hi"}]}),
+    # Vertex's own fields: task_type and title in every instance, the others in parameters.
+    (
+        {"input": INPUTS, "task_type": "RETRIEVAL_DOCUMENT", "title": "Doc", "autoTruncate": False},
+        {
+            "instances": [
+                {"content": "hello", "task_type": "RETRIEVAL_DOCUMENT", "title": "Doc"},
+                {"content": "goodbye", "task_type": "RETRIEVAL_DOCUMENT", "title": "Doc"},
+            ],
+            "parameters": {"autoTruncate": False},
+        },
+    ),
+]
 COHERE_BASE = {"model": "up", "input_type": "search_document", "embedding_types": ["float"]}
 COHERE = [
     ({"input": "Hi"}, {**COHERE_BASE, "texts": ["Hi"]}),
@@ -90,6 +113,7 @@ OLLAMA = [
 ]
 TABLE = (
     [("gemini", *row) for row in GEMINI]
+    + [("vertex_google", *row) for row in VERTEX]
     + [("cohere", *row) for row in COHERE]
     + [("ollama", *row) for row in OLLAMA]
 )
@@ -102,6 +126,7 @@ def test_translated(dialect: str, fields: dict[str, Any], native: dict[str, Any]
 
 API = {
     "gemini": "Gemini's batchEmbedContents",
+    "vertex_google": "Vertex AI's predict",
     "cohere": "Cohere's Embed API",
     "ollama": "Ollama's /api/embed",
 }
@@ -127,6 +152,7 @@ def test_token_ids_are_refused(dialect: str, value: object) -> None:
     [
         ("gemini", {"content": {"parts": []}}, "content"),
         ("gemini", {"outputDimensionality": 8, "dimensions": 8}, "outputDimensionality"),
+        ("vertex_google", {"outputDimensionality": 8, "dimensions": 8}, "outputDimensionality"),
         ("cohere", {"texts": ["x"]}, "texts"),
         ("cohere", {"embedding_types": ["int8"]}, "embedding_types"),
         ("cohere", {"output_dimension": 256, "dimensions": 256}, "output_dimension"),
@@ -147,6 +173,7 @@ def test_a_native_field_may_not_set_what_the_translation_sets(
     [
         ("openai", "/embeddings"),
         ("gemini", "/v1beta/models/{model}:batchEmbedContents"),
+        ("vertex_google", "/publishers/google/models/{model}:predict"),
         ("cohere", "/v2/embed"),
         ("ollama", "/api/embed"),
     ],
@@ -155,7 +182,7 @@ def test_where_embeddings_go(dialect: str, path: str) -> None:
     assert DIALECTS[dialect].paths["embeddings"] == path
 
 
-@pytest.mark.parametrize("dialect", ["anthropic", "tgi"])
+@pytest.mark.parametrize("dialect", ["anthropic", "tgi", "vertex_anthropic"])
 def test_no_embeddings_api(dialect: str) -> None:
     # The proxy answers 400 unsupported_endpoint for a model whose dialect has no path.
     assert "embeddings" not in DIALECTS[dialect].paths

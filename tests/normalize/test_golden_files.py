@@ -62,6 +62,9 @@ DIALECTS = {
     "cohere",
     "ollama",
     "tgi",
+    "bedrock",
+    "vertex_google",
+    "vertex_anthropic",
 }
 # A native API's fixtures, by their names' start (SOURCES.md: "Names follow ..."), and its dialect.
 NATIVE_PREFIXES = (
@@ -70,6 +73,11 @@ NATIVE_PREFIXES = (
     ("cohere.", "cohere"),
     ("ollama.api-chat.", "ollama"),
     ("tgi.generate", "tgi"),
+    ("bedrock.", "bedrock"),
+    ("vertex-gemini.", "vertex_google"),
+    ("vertex-claude.", "vertex_anthropic"),
+    # Google's error envelope, whichever publisher's model it answers for.
+    ("vertex.error.", "vertex_google"),
 )
 # Plausible Unix seconds: 2000-01-01 .. 2100-01-01.
 EPOCH_RANGE = (946_684_800, 4_102_444_800)
@@ -437,7 +445,10 @@ def test_golden_file_format(path: Path) -> None:
     assert endpoint in FINISH_REASONS
     completions = ".completions." in fixture or fixture.startswith("tgi.generate")
     assert endpoint == ("completions" if completions else "chat")
-    streamed = fixture_path.suffix in (".sse", ".ndjson") or ".stream.json-array." in fixture
+    streamed = (
+        fixture_path.suffix in (".sse", ".ndjson", ".eventstream")
+        or ".stream.json-array." in fixture
+    )
     assert golden["stream"] is (streamed or fixture.startswith("sse-quirks."))
     assert golden["dialect"] in DIALECTS
     own = fixture.removeprefix("contract.")  # our own fixtures name the API after the prefix
@@ -516,7 +527,8 @@ def test_golden_file_format(path: Path) -> None:
 def test_golden_values_occur_in_the_fixture(path: Path) -> None:
     """Strings that pass through unchanged must appear in the fixture's bytes."""
     golden = _load(path)
-    raw = (_fixtures_of(path) / golden["fixture"]).read_text(encoding="utf-8")
+    # Bedrock's streams are binary frames: their JSON payloads are still text.
+    raw = (_fixtures_of(path) / golden["fixture"]).read_bytes().decode("utf-8", "replace")
     expected: list[str] = []
     for field in ("id", "system_fingerprint", "service_tier"):
         if golden[field] is not None:

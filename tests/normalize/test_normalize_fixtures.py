@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.core.errors import ProxyError, to_openai_error
-from proxy.emulator.recording import recording_status
+from proxy.emulator.recording import recording_exception, recording_status
 from proxy.http.upstream import status_error
 from proxy.normalize import RequestContext, StreamNormalizer, normalize_response
 from tests.support.replay import (
@@ -113,11 +113,14 @@ def test_whole_response(golden: Golden) -> None:
         # An error body comes with an error status (the one the emulator serves it with): the
         # upstream client maps it.
         upstream = recording_status(golden.fixture.name)
-        exc: ProxyError = status_error(upstream, "", "application/json", raw, None)
+        # Bedrock's error type comes in x-amzn-ErrorType, as the emulator sends it.
+        error_type = recording_exception(golden.fixture.name)
+        exc: ProxyError = status_error(upstream, "", "application/json", raw, None, error_type)
         status, body = to_openai_error(exc)
         assert status == ERROR_STATUS[golden.data["error"]["type"]]
         assert body["error"]["type"] == golden.data["error"]["type"]
-        assert body["error"]["message"] == golden.data["error"]["message"]
+        if golden.data["error"]["message"] is not None:  # null: any message (README.md)
+            assert body["error"]["message"] == golden.data["error"]["message"]
         return
     result = normalize_response(raw, ctx)
     check_whole(golden, orjson.loads(result.body), created=CREATED)

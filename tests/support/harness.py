@@ -27,6 +27,7 @@ import proxy
 from proxy.core.config import Config, parse_config
 from proxy.core.exchange import Exchange
 from proxy.emulator import build_emulator_app
+from proxy.emulator.cloud import CloudAuth
 from proxy.http.app import Gateway, Observer
 from proxy.ops.metrics import Exposition, metrics_routes
 from proxy.ops.server import ProxyRunner, make_observers
@@ -94,6 +95,13 @@ def proxy_config(emulator_url: str, models: dict[str, Any], **extra: Any) -> dic
         "emu-anthropic": {"base_url": emulator_url, "api_key": UPSTREAM_SECRET, "api": "anthropic"},
         "emu-gemini": {"base_url": emulator_url, "api_key": UPSTREAM_SECRET, "api": "gemini"},
         "emu-cohere": {"base_url": emulator_url, "api_key": UPSTREAM_SECRET, "api": "cohere"},
+        # A Bedrock API key (a bearer token): the emulator checks no signature unless told to.
+        "emu-bedrock": {
+            "base_url": emulator_url,
+            "api_key": UPSTREAM_SECRET,
+            "api": "bedrock",
+            "region": "us-east-1",
+        },
         "emu-ollama": {"base_url": emulator_url, "api": "ollama"},
         # TGI's body names no model: the emulator takes it from the path (docs/emulator.md).
         "emu-tgi": {
@@ -136,14 +144,26 @@ def proxy_config(emulator_url: str, models: dict[str, Any], **extra: Any) -> dic
 
 
 class Servers:
-    """The emulator (serving the test fixtures) and a proxy configured in front of it."""
+    """The emulator (serving the test fixtures) and a proxy configured in front of it.
 
-    def __init__(self, loop: LoopThread, recordings: Path, chunk_delay: float = 0.0) -> None:
+    ``cloud``: the Bedrock and Vertex credentials the emulator accepts (tests/support/cloud.py);
+    ``emulator_port``: its port, when a file written before it starts must name its URL.
+    """
+
+    def __init__(
+        self,
+        loop: LoopThread,
+        recordings: Path,
+        chunk_delay: float = 0.0,
+        *,
+        cloud: CloudAuth | None = None,
+        emulator_port: int | None = None,
+    ) -> None:
         self.loop = loop
-        self.emulator_port = free_port()
+        self.emulator_port = emulator_port or free_port()
         self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
         self._runners: list[web.BaseRunner] = []
-        emulator = build_emulator_app(recordings, chunk_delay=chunk_delay)
+        emulator = build_emulator_app(recordings, chunk_delay=chunk_delay, cloud=cloud)
         self._runners.append(loop.call(lambda: start_site(emulator, self.emulator_port)))
 
     def start_proxy(self, models: dict[str, Any], **extra: Any) -> tuple[str, Config]:
@@ -178,9 +198,15 @@ class Servers:
 
 
 @contextmanager
-def running_servers(recordings: Path, chunk_delay: float = 0.0) -> Iterator[Servers]:
+def running_servers(
+    recordings: Path,
+    chunk_delay: float = 0.0,
+    *,
+    cloud: CloudAuth | None = None,
+    emulator_port: int | None = None,
+) -> Iterator[Servers]:
     loop = LoopThread()
-    servers = Servers(loop, recordings, chunk_delay)
+    servers = Servers(loop, recordings, chunk_delay, cloud=cloud, emulator_port=emulator_port)
     try:
         yield servers
     finally:

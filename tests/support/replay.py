@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from proxy.core.eventstream import EventStreamDecoder
 from proxy.core.framing import Decoder, JSONArrayDecoder, NDJSONDecoder
 from proxy.core.sse import SSEDecoder
 from tests.support.schema import validate, validate_completion_chunk
@@ -39,6 +40,7 @@ MADE_CALL_ID = re.compile(r"^call_[A-Za-z0-9]{24}$")
 # upstream's 4xx keeps its status; Anthropic's 529 "overloaded" is a 503.
 ERROR_STATUS = {
     "invalid_request_error": 400,
+    "permission_error": 403,
     "rate_limit_error": 429,
     "service_unavailable": 503,
     "upstream_error": 502,
@@ -86,6 +88,8 @@ class Golden:
             return NDJSONDecoder()
         if ".stream.json-array." in name:
             return JSONArrayDecoder()
+        if name.endswith(".eventstream"):
+            return EventStreamDecoder()
         return SSEDecoder()
 
     def reads(self) -> list[bytes]:

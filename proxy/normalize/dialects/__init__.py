@@ -13,6 +13,7 @@ from typing import Final
 from proxy.core.request import ClientRequest, encode_body, upstream_body
 from proxy.normalize.dialects import (
     anthropic,
+    bedrock,
     cohere,
     friendli_2024,
     gemini,
@@ -20,6 +21,7 @@ from proxy.normalize.dialects import (
     ollama,
     openai,
     tgi,
+    vertex,
 )
 from proxy.normalize.dialects.dialect import Dialect, RequestOptions
 
@@ -36,6 +38,9 @@ DIALECTS: Final[dict[str, Dialect]] = {
         cohere.DIALECT,
         ollama.DIALECT,
         tgi.DIALECT,
+        bedrock.DIALECT,
+        vertex.VERTEX_GOOGLE,
+        vertex.VERTEX_ANTHROPIC,
     )
 }
 

@@ -61,7 +61,7 @@ def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, 
     # messages cannot carry: a request that answers tool results goes without thinking.
     last = turns[-1] if turns else None
     in_tool_loop = last is not None and any(b["type"] == "tool_result" for b in last["content"])
-    max_tokens, thinking = _thinking(body, request.max_tokens, options, in_tool_loop)
+    max_tokens, thinking = thinking_budget(body, request.max_tokens, options, in_tool_loop)
 
     out: dict[str, Any] = {"model": options.upstream_model, "max_tokens": max_tokens}
     if system:
@@ -105,7 +105,7 @@ def build_request(request: ClientRequest, options: RequestOptions) -> dict[str, 
 # -- token limit and thinking ----------------------------------------------------------------
 
 
-def _thinking(
+def thinking_budget(
     body: dict[str, Any], limit: int | None, options: RequestOptions, in_tool_loop: bool
 ) -> tuple[int, dict[str, Any] | None]:
     """(max_tokens, the thinking parameter or None) for the client's limit and reasoning_effort.

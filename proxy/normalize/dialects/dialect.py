@@ -67,6 +67,9 @@ class Dialect:
     json_array_stream: bool = False
     # Its events are its own protocol, not an OpenAI stream's quirks: translating them is no fix.
     native: bool = False
+    # What of the model's name goes into ``{model}`` unescaped (``urllib.parse.quote``'s safe):
+    # Bedrock escapes all, as botocore does for its modelId label (ARNs have ":" and "/").
+    model_safe: str = ":@"
 
 
 def text_choice(index: object, text: object, ctx: RequestContext) -> dict[str, Any]:
