@@ -24,6 +24,7 @@ _REGION: Final = re.compile(r"[a-z][a-z0-9-]{1,40}")
 _PROJECT: Final = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]|[0-9]{1,20}")
 _ROLE_ARN: Final = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]{1,512}")
 PUBLISHERS: Final = frozenset({"google", "anthropic"})
+_PRINTABLE: Final = re.compile(r"[\x21-\x7e]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +119,30 @@ def _parse_aws(ck: Checker, raw: object, path: str) -> tuple[AwsKeys | None, str
     node = ck.mapping(raw, path, _AWS_KEYS) if raw is not None else None
     if node is None:
         return None, None
-    key_id = ck.optional(node, "access_key_id", path, optional_text, None)
-    secret = ck.optional(node, "secret_access_key", path, optional_text, None)
-    token = ck.optional(node, "session_token", path, optional_text, None)
+    problems = len(ck.problems)
+    key_id = ck.optional(node, "access_key_id", path, _key_part, None)
+    secret = ck.optional(node, "secret_access_key", path, _key_part, None)
+    token = ck.optional(node, "session_token", path, _key_part, None)
     role_arn = ck.optional(node, "role_arn", path, _role_arn, None)
+    if len(ck.problems) > problems:
+        return None, role_arn  # told at their paths
     if (key_id is None) != (secret is None):
         ck.fail(path, "needs both access_key_id and secret_access_key, or neither")
         return None, role_arn
-    if key_id is None:
+    if key_id is None or secret is None:
         if token is not None:
             ck.fail(join_path(path, "session_token"), "goes with access_key_id")
         return None, role_arn
-    assert secret is not None
     return AwsKeys(key_id, secret, token), role_arn
+
+
+def _key_part(value: object) -> str | None:
+    # What a signature's headers carry: printable ASCII, as AWS issues them. A line break (a
+    # variable read from a file) is named here rather than sent.
+    part = optional_text(value)
+    if part is not None and not _PRINTABLE.fullmatch(part):
+        raise Invalid("must be printable ASCII without spaces or line breaks")
+    return part
 
 
 def _region(value: object) -> str:

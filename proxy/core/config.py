@@ -556,12 +556,18 @@ def _parse_provider(ck: Checker, name: str, raw: object, path: str) -> Provider:
         drop_betas = tuple(beta for _, beta in ck.items(node, "drop_betas", path, text))
         if api != "anthropic":
             ck.fail(join_path(path, "drop_betas"), "is only for api: anthropic")
+    headers = _string_map(ck, node.get("headers"), join_path(path, "headers"), _header_name)
+    for header in headers if cloud is not None else ():
+        if header.lower() in SIGNED_HEADERS:
+            ck.fail(
+                join_path(join_path(path, "headers"), header), f"is set by api: {api}'s signing"
+            )
     return Provider(
         name=name,
         api=api,
         base_url=base_url,
         api_key=ck.optional(node, "api_key", path, _api_key, None),
-        headers=_string_map(ck, node.get("headers"), join_path(path, "headers"), _header_name),
+        headers=headers,
         query=_string_map(ck, node.get("query"), join_path(path, "query")),
         timeouts=_parse_timeouts(ck, node.get("timeouts"), join_path(path, "timeouts")),
         stream_usage=ck.optional(node, "stream_usage", path, boolean, True),
@@ -713,6 +719,11 @@ _FRAMING_HEADERS = frozenset(
         "transfer-encoding",
         "upgrade",
     }
+)
+# A cloud provider's headers that its signature covers or carries (proxy.http.cloud): one
+# configured would be sent unsigned, or twice.
+SIGNED_HEADERS: Final = frozenset(
+    {"authorization", "host", "content-type", "x-amz-date", "x-amz-security-token"}
 )
 _KEY = re.compile(r"[\x21-\x7e]+")  # what fits in "Authorization: Bearer <key>" unmangled
 SECRET_MIN: Final = 8

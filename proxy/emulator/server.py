@@ -84,6 +84,8 @@ logger = logging.getLogger(__name__)
 class RecordedRequest(TypedDict):
     method: str
     path: str
+    raw_path: str
+    """The path as the request line had it, percent-escapes and all (``path`` is decoded)."""
     query_string: str
     query: dict[str, str]
     """The first value of each parameter; ``query_string`` has them all."""
@@ -350,6 +352,7 @@ def _record(request: web.Request, payload: object) -> RecordedRequest:
     return {
         "method": request.method,
         "path": request.path,
+        "raw_path": request.raw_path.partition("?")[0],
         "query_string": request.query_string,
         "query": {name: request.query.getone(name) for name in request.query},
         "headers": headers,

@@ -53,6 +53,7 @@ _DEFAULT_HEADERS: Final = (
     ("User-Agent", f"llm-proxy/{__version__}"),
 )
 _TAG: Final = re.compile(r"<[^>]*>")
+_AWS_ERROR_TYPE: Final = "x-amzn-errortype"
 # The most of an upstream's plain-text error passed on, in characters.
 TEXT_MAX: Final = 500
 
@@ -81,12 +82,20 @@ class Destination:
 
     A stream may be asked for at a URL of its own (``stream_url``: Gemini, TGI)."""
 
-    __slots__ = ("head", "headers", "origin", "stream_head", "stream_url", "url")
+    __slots__ = ("aws_errors", "head", "headers", "origin", "stream_head", "stream_url", "url")
 
-    def __init__(self, url: URL, headers: Mapping[str, str], stream_url: URL | None = None) -> None:
+    def __init__(
+        self,
+        url: URL,
+        headers: Mapping[str, str],
+        stream_url: URL | None = None,
+        *,
+        aws_errors: bool = False,
+    ) -> None:
         self.url = url
         self.headers = headers
         self.stream_url = stream_url
+        self.aws_errors = aws_errors  # its errors are typed as AWS's APIs type them
         tls = url.scheme == "https"
         self.origin = Origin(url.host or "", url.port or (443 if tls else 80), tls)
         self.head = request_head(url, headers)
@@ -105,7 +114,8 @@ class Destination:
         url = self.url
         if path:
             url = url.with_path(url.path + path).with_query(url.query)
-        return Destination(url, headers, None if path else self.stream_url)
+        stream_url = None if path else self.stream_url
+        return Destination(url, headers, stream_url, aws_errors=self.aws_errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +167,9 @@ def target_for(
             )
             for key, model in keys:
                 stream_url = url(stream_path, model) if stream_path else None
-                destinations[key] = Destination(url(path, model), headers, stream_url)
+                destinations[key] = Destination(
+                    url(path, model), headers, stream_url, aws_errors=dialect.aws_errors
+                )
     slots = Slots(provider.max_connections)
     return Target(destinations, provider.timeouts.connect, slots, signer)
 
@@ -225,7 +237,9 @@ def status_error(
     OpenAI-style ``{"error": {...}}``, Anthropic's ``{"type": "error", "error": {...}}``,
     Gemini's ``{"error": {"code", "message", "status"}}``, a bare ``{"message"}`` or
     ``{"detail"}``, plain text, or a load balancer's HTML page. AWS's (Bedrock's) is a bare
-    ``{"message"}`` whose type is in the ``x-amzn-ErrorType`` header (``error_type``).
+    ``{"message"}`` whose type is in the ``x-amzn-ErrorType`` header (``error_type``), or in
+    the body's ``__type``: read for an AWS API alone (``error_type`` not None, "" without the
+    header), as another upstream behind an AWS front door may send the header too.
     """
     message: str | None = None
     exc: UpstreamStatusError | None = None
@@ -243,7 +257,7 @@ def status_error(
             else:
                 found = payload.get("message") or payload.get("Message") or payload.get("detail")
                 message = found if isinstance(found, str) else None
-                if error_type is None and isinstance(payload.get("__type"), str):
+                if error_type == "" and isinstance(payload.get("__type"), str):
                     error_type = payload["__type"]  # AWS's JSON protocol names it in the body
     if exc is None:
         if message is None:
@@ -432,7 +446,7 @@ class UpstreamClient:
                 response.headers.get("content-type", ""),
                 error_bytes,
                 response.headers.get("retry-after"),
-                response.headers.get("x-amzn-errortype"),
+                response.headers.get(_AWS_ERROR_TYPE, "") if destination.aws_errors else None,
             )
         return response
 

@@ -135,6 +135,29 @@ PROBLEMS = [
         ],
     ),
     (
+        "providers: {b: {api: bedrock, region: us-east-1, aws: {access_key_id: AKID, "
+        'secret_access_key: "line\\nbreak", session_token: "tok en"}}}',
+        [
+            "providers.b.aws.secret_access_key: must be printable ASCII without spaces or line "
+            "breaks",
+            "providers.b.aws.session_token: must be printable ASCII without spaces or line breaks",
+        ],
+    ),
+    (
+        "providers: {b: {api: bedrock, region: us-east-1, headers: {Authorization: Bearer-xyz, "
+        "X-Amz-Date: y, Content-Type: z, X-Team: ok}}}",
+        [
+            "providers.b.headers.Authorization: is set by api: bedrock's signing",
+            "providers.b.headers.Content-Type: is set by api: bedrock's signing",
+            "providers.b.headers.X-Amz-Date: is set by api: bedrock's signing",
+        ],
+    ),
+    (
+        "providers: {v: {api: vertex, project: my-project, region: us-east5, "
+        "headers: {authorization: Bearer-xyz}}}",
+        ["providers.v.headers.authorization: is set by api: vertex's signing"],
+    ),
+    (
         "providers: {o: {base_url: 'https://o.example', region: us-east-1, credentials: f}}",
         [
             "providers.o.credentials: is only for api: bedrock or api: vertex",

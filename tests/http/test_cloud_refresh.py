@@ -5,6 +5,7 @@ ahead of its expiry while requests go on with the current one, and its failures 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -77,23 +78,45 @@ async def test_past_its_usable_time_a_request_waits_for_the_next() -> None:
     assert await credential.get() == "token-2"
 
 
-async def test_a_failure_names_the_credentials_and_rests_before_the_next_try() -> None:
+async def test_a_failure_names_the_credentials_and_rests_before_the_next_try(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client is told which credentials failed; the operator's log says why, in the
+    library's first words only (google-auth's RefreshError carries the token endpoint's whole
+    answer after them)."""
+    caplog.set_level(logging.WARNING, logger="proxy.cloud")
     issuer = Issuer(lifetime=3600)
-    issuer.fail = LookupError("no AWS credentials found")
+    issuer.fail = LookupError("no AWS credentials found", {"id_token": "eyJ-secret"})
     credential = Refreshing(issuer, "AWS credentials of provider 'bedrock'", timeout=5)
     with pytest.raises(UpstreamCredentialsError) as info:
         await credential.get()
     assert info.value.message == (
-        "The AWS credentials of provider 'bedrock' could not be fetched: "
-        "LookupError: no AWS credentials found"
+        "The AWS credentials of provider 'bedrock' could not be fetched (LookupError); "
+        "the proxy's log says why"
     )
     assert info.value.http_status == 502
+    assert "could not be fetched: LookupError: no AWS credentials found" in caplog.text
+    assert "eyJ-secret" not in caplog.text
     with pytest.raises(UpstreamCredentialsError):
         await credential.get()
     assert issuer.calls == 1  # told again without asking again
     issuer.fail = None
     await asyncio.sleep(REST)
     assert await credential.get() == "token-2"
+
+
+async def test_a_failing_refresh_is_tried_again_at_most_once_a_rest() -> None:
+    """In the refresh window, with the current value still good, a failed refresh is not
+    started again by every request."""
+    issuer = Issuer(lifetime=2.0)
+    credential = Refreshing(issuer, "test credentials", timeout=5)
+    assert await credential.get() == "token-1"
+    issuer.fail = OSError("the token endpoint is down")
+    await asyncio.sleep(1.55)  # past the refresh time (1.5 s), before the end of use (1.8 s)
+    for _ in range(10):
+        assert await credential.get() == "token-1"
+        await asyncio.sleep(0.005)
+    assert issuer.calls == 2  # the first refresh; the others wait out their rest
 
 
 async def test_a_fetch_slower_than_the_timeout_is_a_clear_error() -> None:

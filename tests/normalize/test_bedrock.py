@@ -229,9 +229,17 @@ def test_error_statuses_by_their_type(status: int, header: str, client: int, kin
 
 def test_an_error_type_in_the_body_and_a_capital_message() -> None:
     body = b'{"__type":"com.amazon.coral.service#ExpiredTokenException","Message":"Expired."}'
-    code, error = to_openai_error(status_error(403, "", "application/json", body, None))
+    code, error = to_openai_error(status_error(403, "", "application/json", body, None, ""))
     assert code == 502
     assert error["error"]["message"].endswith("(ExpiredTokenException): Expired.")
+
+
+def test_aws_error_types_are_read_from_bedrock_alone() -> None:
+    """Another upstream behind an AWS front door may send x-amzn-ErrorType too: its 403 is
+    its own, not Bedrock's refusal of the proxy's keys."""
+    body = b'{"__type":"AccessDeniedException","message":"Not for you."}'
+    code, error = to_openai_error(status_error(403, "", "application/json", body, None))
+    assert (code, error["error"]["message"]) == (403, "Not for you.")
 
 
 def test_embeddings_answers() -> None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import Iterable, Mapping
+from importlib import import_module
 from importlib.util import find_spec
 from typing import Final, Protocol
 
@@ -21,15 +23,17 @@ from yarl import URL
 
 from proxy.core.cloud_config import AwsAuth, GoogleAuth
 from proxy.core.config import Config, Provider
+from proxy.core.errors import UpstreamCredentialsError
 
 # The most a request waits for credentials being fetched (a token endpoint, STS, instance
 # metadata) before it fails with a 502 naming them.
 FETCH_TIMEOUT: Final = 10.0
 # A Bedrock API key given to the process, as the AWS SDKs read it.
 BEDROCK_TOKEN_ENV: Final = "AWS_BEARER_TOKEN_BEDROCK"
+_TOKEN: Final = re.compile(r"[\x21-\x7e]{1,8192}")
 _EXTRAS: Final = {
     "bedrock": ("aws", ("botocore",)),
-    "vertex": ("gcp", ("google.auth", "requests")),
+    "vertex": ("gcp", ("google.auth", "requests", "cryptography")),
 }
 
 
@@ -61,9 +65,15 @@ class _Bearer:
     """A Bedrock API key from the environment, sent as a bearer token."""
 
     def __init__(self, token: str) -> None:
-        self._line = f"Authorization: Bearer {token}\r\n".encode("latin-1")
+        self._line = None
+        if _TOKEN.fullmatch(token):  # else no header line of it: a clear error each request
+            self._line = f"Authorization: Bearer {token}\r\n".encode("ascii")
 
     async def sign(self, url: URL, body: bytes) -> bytes:
+        if self._line is None:
+            raise UpstreamCredentialsError(
+                f"{BEDROCK_TOKEN_ENV} holds characters a header cannot carry (a line break?)"
+            )
         return self._line
 
     async def warm(self) -> None:
@@ -103,7 +113,12 @@ def cloud_problems(config: Config) -> list[str]:
 
 
 def _installed(module: str) -> bool:
+    """Whether ``module`` imports: a broken install (a missing dependency of its own) is as
+    good as none, and better told here than as a traceback at the first request."""
     try:
-        return find_spec(module) is not None
-    except ModuleNotFoundError:  # a parent package is missing
+        if find_spec(module) is None:
+            return False
+        import_module(module)
+    except ImportError:  # a parent package is missing, or the module cannot load
         return False
+    return True

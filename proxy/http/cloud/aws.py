@@ -9,6 +9,7 @@ or call the network, so it runs in a thread (``Refreshing``); signing itself is 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Final
 
@@ -22,12 +23,14 @@ from proxy.core.cloud_config import AwsAuth
 from proxy.http.cloud.refresh import Refreshing, read_identity
 
 SERVICE: Final = "bedrock"
-# botocore refreshes a role's credentials itself, within get_frozen_credentials, minutes before
-# they expire: asking it this often (in a thread) keeps that refresh off the requests' way.
-RECHECK: Final = 60.0
+# botocore refreshes expiring credentials itself, within get_frozen_credentials: from 15 minutes
+# before their expiry, and it never hands out any with less than 10 minutes left (it raises
+# instead). So what it hands out is good for 10 minutes, and is asked for again well before.
+GOOD_FOR: Final = 600.0
 _SIGNED: Final = ("Authorization", "X-Amz-Date", "X-Amz-Security-Token")
 # The role session's name in CloudTrail: who assumed the role.
 SESSION_NAME: Final = "llm-proxy"
+_PRINTABLE: Final = re.compile(r"[\x21-\x7e]+")
 
 
 class AwsSigner:
@@ -65,8 +68,13 @@ class AwsSigner:
     def _fetch(self) -> tuple[ReadOnlyCredentials, float | None]:
         credentials = self._resolve()
         frozen = credentials.get_frozen_credentials()
+        for value in frozen:
+            # They go into header lines: a line break (a variable read from a file) would add
+            # one, and anything but ASCII cannot be sent.
+            if value is not None and not _PRINTABLE.fullmatch(value):
+                raise ValueError("the AWS credentials hold characters a header cannot carry")
         if isinstance(credentials, RefreshableCredentials):
-            return frozen, time.time() + RECHECK
+            return frozen, time.time() + GOOD_FOR
         return frozen, None
 
 

@@ -51,12 +51,12 @@ class Refreshing(Generic[T]):
     async def get(self) -> T:
         now = time.time()
         value = self._value
+        resting = time.monotonic() - self._failed_at < REST
         if value is not None and now < self._usable_until:
-            if now >= self._refresh_at and self._flight is None:
+            if now >= self._refresh_at and self._flight is None and not resting:
                 self._start()  # behind the requests that go on with this one
             return value
         failure = self._failure
-        resting = time.monotonic() - self._failed_at < REST
         if failure is not None and self._flight is None and resting:
             raise UpstreamCredentialsError(failure.message)  # one per request: each is its own
         return await self._wait()
@@ -77,7 +77,7 @@ class Refreshing(Generic[T]):
         if error is not None:
             self._failure = credentials_error(self._what, error)
             self._failed_at = time.monotonic()
-            log.warning("%s: could not be fetched: %s", self._what, describe(error))
+            log.warning("The %s could not be fetched: %s", self._what, describe(error))
             return
         value, expires = done.result()
         self._value, self._failure = value, None
@@ -98,7 +98,10 @@ class Refreshing(Generic[T]):
             raise UpstreamCredentialsError(
                 f"The {self._what} could not be fetched within {self._timeout:g} s"
             ) from None
+        except UpstreamCredentialsError:
+            raise
         except Exception as exc:
+            # Logged with its details by _landed; the client is told which, not why.
             raise credentials_error(self._what, exc) from None
         if expires is not None and time.time() >= expires:
             raise UpstreamCredentialsError(f"The {self._what} came expired")
@@ -114,13 +117,19 @@ async def read_identity(read: Callable[[], object], what: str) -> None:
 
 
 def credentials_error(what: str, exc: BaseException) -> UpstreamCredentialsError:
+    """The client's error: which credentials, and the kind of failure. The library's words
+    (a file's path, an account's name, an IAM ARN) are the operator's, in the log."""
     if isinstance(exc, UpstreamCredentialsError):
         return exc
-    return UpstreamCredentialsError(f"The {what} could not be fetched: {describe(exc)}")
+    return UpstreamCredentialsError(
+        f"The {what} could not be fetched ({type(exc).__name__}); the proxy's log says why"
+    )
 
 
 def describe(exc: BaseException) -> str:
-    """The library's own words (they name the problem: an expired key, no credentials found,
-    invalid_grant), cut short; the message is redacted before it is logged or answered."""
-    text = " ".join(str(exc).split())[:300]
+    """The library's own words for the log (they name the problem: an expired key, no
+    credentials found, invalid_grant), cut short. Only the first argument: google-auth's
+    RefreshError carries the token endpoint's whole answer in its second."""
+    first = exc.args[0] if exc.args else ""
+    text = " ".join(str(first).split())[:300]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

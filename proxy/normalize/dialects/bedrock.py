@@ -204,4 +204,5 @@ DIALECT: Final = Dialect(
     native=True,
     # Inference profiles and ARNs have ":" and "/": escaped, as botocore escapes the modelId.
     model_safe="",
+    aws_errors=True,
 )

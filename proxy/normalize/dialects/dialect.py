@@ -70,6 +70,8 @@ class Dialect:
     # What of the model's name goes into ``{model}`` unescaped (``urllib.parse.quote``'s safe):
     # Bedrock escapes all, as botocore does for its modelId label (ARNs have ":" and "/").
     model_safe: str = ":@"
+    # Its errors are AWS's: typed by the x-amzn-ErrorType header or the body's __type.
+    aws_errors: bool = False
 
 
 def text_choice(index: object, text: object, ctx: RequestContext) -> dict[str, Any]:
