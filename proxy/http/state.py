@@ -8,6 +8,7 @@ same keeps its breaker (its health does not change because a file did).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -235,3 +236,5 @@ class State:
     tracing: Tracing | None = None  # None: nothing is traced, nothing paid
     ready: bool = False
     collecting: Collecting = field(default_factory=Collecting)
+    # A reload's reading of the cloud identities it added (``warm``), held until done.
+    warming: asyncio.Task[None] | None = None

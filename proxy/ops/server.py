@@ -40,7 +40,7 @@ from proxy.core.config import Config, load_config
 from proxy.core.errors import ConfigError, InvalidRequest, ProxyError, error_body
 from proxy.core.telemetry_config import Otlp
 from proxy.http.app import Gateway, Observer, Runtime, State
-from proxy.http.cloud import cloud_problems
+from proxy.http.cloud import cloud_problems, warm
 from proxy.http.reply import JsonReply
 from proxy.ops.access_log import AccessLog
 from proxy.ops.collector import Collector
@@ -447,12 +447,23 @@ def reload_config(state: State, path: Path) -> bool:
             stale.append("cache.backend (and whether there is a cache)")
         if stale:
             log.warning("reload: %s change only with a restart", ", ".join(stale))
-        state.runtime = Runtime.from_config(config, previous=state.runtime)
+        before = state.runtime
+        state.runtime = Runtime.from_config(config, previous=before)
+        _warm_new_signers(state, before)
         log.info("worker %d reloaded %s", os.getpid(), path)
         ok = True
     for observer in state.observers:
         observer.reloaded(ok)
     return ok
+
+
+def _warm_new_signers(state: State, before: Runtime) -> None:
+    """Read the identities a reload added, in threads, as a worker's start does: parsing a
+    service account's key at a request's time would stall the loop."""
+    kept = {id(target.signer) for target in before.targets.values()}
+    new = [t.signer for t in state.runtime.targets.values() if id(t.signer) not in kept]
+    if any(signer is not None for signer in new):
+        state.warming = asyncio.get_running_loop().create_task(warm(new))
 
 
 def _signature(path: Path) -> tuple[int, int, int] | None:
