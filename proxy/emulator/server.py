@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
 import orjson
 from aiohttp import web
@@ -69,30 +69,21 @@ from proxy.emulator.envelope import ErrorInfo
 from proxy.emulator.fault import Fault, FaultError, parse_fault, split_model
 from proxy.emulator.playback import Playback, error_response, play
 from proxy.emulator.recording import parse_recording
+from proxy.emulator.request_log import (
+    NOT_JSON,
+    REQUEST_LOG_SIZE,
+    RecordedRequest,
+    parse_json,
+    record,
+)
 from proxy.emulator.sigv4 import AwsKey
 from proxy.emulator.store import RECORDINGS_DIR, RecordingStore
 from proxy.emulator.sts import answer_assume_role
 
-REQUEST_LOG_SIZE: Final = 1000
 # Large enough for any prompt a test sends; the proxy, not the emulator, enforces body limits.
 _MAX_BODY: Final = 64 * 1024 * 1024
-_NOT_JSON: Final = object()
 
 logger = logging.getLogger(__name__)
-
-
-class RecordedRequest(TypedDict):
-    method: str
-    path: str
-    raw_path: str
-    """The path as the request line had it, percent-escapes and all (``path`` is decoded)."""
-    query_string: str
-    query: dict[str, str]
-    """The first value of each parameter; ``query_string`` has them all."""
-    headers: dict[str, str]
-    """Names in lower case; repeated fields joined with ", " (RFC 9110, 5.3)."""
-    json: object
-    """The parsed body; None when there is none or it is not JSON."""
 
 
 @dataclass(frozen=True)
@@ -237,13 +228,13 @@ async def _clear_requests(request: web.Request) -> web.Response:
 
 async def _issue_token(request: web.Request) -> web.Response:
     emulator = request.app[EMULATOR]
-    emulator.requests.append(_record(request, None))
+    emulator.requests.append(record(request, None))
     return await answer_token(request, emulator.cloud, emulator.tokens)
 
 
 async def _assume_role(request: web.Request) -> web.Response:
     emulator = request.app[EMULATOR]
-    emulator.requests.append(_record(request, None))
+    emulator.requests.append(record(request, None))
     keys = dict(emulator.cloud.aws_keys)
     return await answer_assume_role(request, keys, emulator.roles, emulator.cloud.role_lifetime)
 
@@ -262,8 +253,8 @@ async def _answer(request: web.Request) -> web.StreamResponse:
 
 async def _answer_request(request: web.Request, emulator: Emulator) -> web.StreamResponse:
     body = await request.read()
-    payload = _parse_json(body)
-    emulator.requests.append(_record(request, payload))
+    payload = parse_json(body)
+    emulator.requests.append(record(request, payload))
     endpoint = match_endpoint(request.path)
     if endpoint is None:
         message = f"Invalid URL ({request.method} {request.path})"
@@ -321,7 +312,7 @@ def _requested_model(
     request: web.Request, endpoint: Endpoint, payload: object
 ) -> tuple[str, dict[str, object]] | ErrorInfo:
     """The model the request names (see ``endpoint``) and its body, or the 400 it gets."""
-    if payload is _NOT_JSON:
+    if payload is NOT_JSON:
         return ErrorInfo(400, "the request body is not valid JSON", code="invalid_json")
     if endpoint.model_in_path:
         if not isinstance(payload, dict):
@@ -334,27 +325,3 @@ def _requested_model(
         message = "the request body must be a JSON object with a string 'model'"
         return ErrorInfo(400, message, param="model")
     return model, payload
-
-
-def _parse_json(body: bytes) -> object:
-    try:
-        parsed: object = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return _NOT_JSON
-    return parsed
-
-
-def _record(request: web.Request, payload: object) -> RecordedRequest:
-    headers: dict[str, str] = {}
-    for name, value in request.headers.items():
-        key = name.lower()
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return {
-        "method": request.method,
-        "path": request.path,
-        "raw_path": request.raw_path.partition("?")[0],
-        "query_string": request.query_string,
-        "query": {name: request.query.getone(name) for name in request.query},
-        "headers": headers,
-        "json": None if payload is _NOT_JSON else payload,
-    }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from proxy.emulator.server import REQUEST_LOG_SIZE
+from proxy.emulator.request_log import REQUEST_LOG_SIZE
 from tests.emulator.exchange import post
 
 
