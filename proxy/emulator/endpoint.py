@@ -87,7 +87,8 @@ ENDPOINTS: Final = (
         streams="never",
     ),
     # Bedrock's runtime: /model/{modelId}/converse, /converse-stream (AWS event-stream frames,
-    # recorded as JSON lines) and /invoke (InvokeModel; here for embedding models).
+    # recorded as JSON lines) and /invoke (InvokeModel: embedding models, and Claude's Messages
+    # body for the Anthropic face).
     Endpoint(
         "POST", "/converse", "converse", dialect="bedrock", model_in_path=True, streams="never"
     ),
@@ -101,6 +102,17 @@ ENDPOINTS: Final = (
         stream_ending=".eventstream.jsonl",
     ),
     Endpoint("POST", "/invoke", "invoke", dialect="bedrock", model_in_path=True, streams="never"),
+    # InvokeModelWithResponseStream: each frame a "chunk" whose "bytes" are one of the model's
+    # own events, base64-encoded (Claude's Messages events, for the Anthropic face).
+    Endpoint(
+        "POST",
+        "/invoke-with-response-stream",
+        "invoke-with-response-stream",
+        dialect="bedrock",
+        model_in_path=True,
+        streams="always",
+        stream_ending=".eventstream.jsonl",
+    ),
     # Vertex AI: Gemini's :generateContent paths above serve its Google models; its embeddings
     # are :predict, and Claude's Messages API is :rawPredict and :streamRawPredict, answered
     # with the Anthropic recordings (<model>.messages.json, .messages.stream.sse).

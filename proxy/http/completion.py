@@ -196,8 +196,8 @@ async def handle_completion(
         asked = client_request.max_tokens
         clamp_max_tokens(client_request, model.max_tokens)
         providers = config.providers
-        if any(passes_through(call, providers[d.provider], dialect_of(providers[d.provider], d))
-               for d in model.deployments):  # fmt: skip
+        if any(passes_through(call, providers[d.provider], dialect_of(providers[d.provider], d),
+                              d.model) for d in model.deployments):  # fmt: skip
             # An Anthropic deployment gets the body as it came: its reservation covers that.
             client_request.max_tokens = asked
 
@@ -424,15 +424,21 @@ async def _attempt(
     the chat request ``client_request``; passed through as it came to a provider that speaks
     that API itself. ``extra``: header lines of this attempt's own (its trace context)."""
     dialect = dialect_of(provider, deployment)
-    passthrough = passes_through(call, provider, dialect)
+    passthrough = passes_through(call, provider, dialect, deployment.model)
     endpoint = upstream_endpoint(call, client_request, passthrough)
     target = runtime.targets[provider.name]
     destination = _destination(target, endpoint, model, deployment, exchange.endpoint)
     if passthrough and isinstance(call, MessagesCall):
-        given = anthropic_headers(request, provider)
-        if provider.api == "vertex":
-            given.pop("anthropic-version", None)  # rawPredict's body carries Vertex's own
-        destination = destination.with_headers(given)
+        invoked = target.through.get(deployment.model)
+        if invoked is not None:
+            # InvokeModel: the version is in the body, and betas, which Bedrock takes only in
+            # the body and only some of, are not passed on (docs/providers/bedrock.md).
+            destination = invoked
+        else:
+            given = anthropic_headers(request, provider)
+            if provider.api == "vertex":
+                given.pop("anthropic-version", None)  # rawPredict's body carries Vertex's own
+            destination = destination.with_headers(given)
     ctx = _request_context(runtime, model, dialect, client_request, endpoint)
     if kept is not None:
         kept.body = None  # an earlier attempt's answer, if any, was not this one

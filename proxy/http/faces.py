@@ -11,7 +11,7 @@ from typing import Final, TypeAlias
 from proxy.core.config import Provider
 from proxy.core.errors import InvalidRequest
 from proxy.core.request import ClientRequest, Endpoint, encode_body, parse_request
-from proxy.normalize import API_FAMILIES, ApiFamily
+from proxy.normalize import API_FAMILIES, DIALECTS, ApiFamily
 from proxy.normalize.dialects.anthropic import DIALECT as ANTHROPIC
 from proxy.normalize.dialects.vertex import VERTEX_ANTHROPIC, raw_predict_body
 from proxy.normalize.faces.anthropic.passthrough import ANTHROPIC_PASSTHROUGH
@@ -58,13 +58,14 @@ def read_call(
     return parse_request(raw, _CHAT_APIS[endpoint], model=azure_deployment), None
 
 
-def passes_through(call: Call | None, provider: Provider, dialect: str) -> bool:
+def passes_through(call: Call | None, provider: Provider, dialect: str, model: str) -> bool:
     """Whether ``provider`` takes the call as it came: it speaks the face's API itself (Claude
-    on Vertex AI does, in its ``dialect``)."""
+    on Vertex AI does, in its ``dialect``; Claude on Bedrock, as the upstream ``model``)."""
     if isinstance(call, ResponsesCall):
         return provider.responses
     if isinstance(call, MessagesCall):
-        return dialect in _MESSAGES_DIALECTS
+        messages = DIALECTS[dialect].messages
+        return dialect in _MESSAGES_DIALECTS or (messages is not None and messages.takes(model))
     return False
 
 
@@ -80,6 +81,9 @@ def body_as_it_came(call: Call, upstream_model: str, dialect: str) -> bytes:
         return passthrough_body(call.body, upstream_model)
     if dialect == VERTEX_ANTHROPIC.name:
         return encode_body(raw_predict_body(call.body))
+    messages = DIALECTS[dialect].messages
+    if messages is not None:
+        return encode_body(messages.body(call.body))
     return messages_body(call.body, upstream_model)
 
 

@@ -94,8 +94,14 @@ class Answer:
         """The decoder of this answer's events; None when it is one whole JSON body.
 
         ``stream``: the client asked for a stream, so a dialect's JSON array is a stream too."""
-        json_array = stream and DIALECTS[self.ctx.dialect].json_array_stream
-        return decoder_for(self.response.content_type, json_array=json_array)
+        dialect = DIALECTS[self.ctx.dialect]
+        json_array = stream and dialect.json_array_stream
+        decoder = decoder_for(self.response.content_type, json_array=json_array)
+        if decoder is not None and dialect.messages is not None and not self.family.chat:
+            # A Messages call passed through at the dialect's own paths (Claude on Bedrock):
+            # its frames carry Anthropic's events.
+            return dialect.messages.decoder(decoder)
+        return decoder
 
 
 def whole_arrived(

@@ -130,6 +130,9 @@ class Target:
     slots: Slots = field(default_factory=lambda: Slots(MAX_CONNECTIONS))
     # A cloud provider's: the headers that authenticate each request (proxy.http.cloud).
     signer: Signer | None = None
+    # By upstream model: where Anthropic's Messages calls go as they came, when the dialect
+    # takes them at paths of its own (``Dialect.messages``: Claude on Bedrock).
+    through: Mapping[str, Destination] = field(default_factory=dict)
 
     def destination(self, endpoint: Endpoint, model: str) -> Destination | None:
         found = self.destinations.get(endpoint)
@@ -143,6 +146,7 @@ def target_for(
     the model has a destination for each model; on Vertex AI, each in its publisher's dialect)."""
     models: dict[str, str] = {d.model: dialect_of(provider, d) for d in deployed}
     destinations: dict[Endpoint | tuple[Endpoint, str], Destination] = {}
+    through: dict[str, Destination] = {}
     # Vertex AI's deployments each speak their publisher's dialect; any other provider's, its own.
     for name in dict.fromkeys(models.values()) or (provider.dialect,):
         dialect = DIALECTS[name]
@@ -158,6 +162,16 @@ def target_for(
             return URL(base + path, encoded=True).extend_query(provider.query)
 
         spoken = [model for model, its in models.items() if its == name]
+        messages = dialect.messages
+        for model in spoken if messages is not None else ():
+            assert messages is not None
+            if messages.takes(model):
+                through[model] = Destination(
+                    url(messages.path, model),
+                    headers,
+                    url(messages.stream_path, model),
+                    aws_errors=dialect.aws_errors,
+                )
         for endpoint, path in dialect.paths.items():
             stream_path = dialect.stream_paths.get(endpoint)
             keys: list[tuple[Endpoint | tuple[Endpoint, str], str]] = (
@@ -171,7 +185,7 @@ def target_for(
                     url(path, model), headers, stream_url, aws_errors=dialect.aws_errors
                 )
     slots = Slots(provider.max_connections)
-    return Target(destinations, provider.timeouts.connect, slots, signer)
+    return Target(destinations, provider.timeouts.connect, slots, signer, through)
 
 
 def _headers(provider: Provider, dialect: Dialect) -> dict[str, str]:

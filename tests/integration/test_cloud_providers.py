@@ -9,6 +9,7 @@ the request as AWS checks it, and google-auth exchanged the account's key for a 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import Iterator
@@ -75,6 +76,20 @@ def _recordings(into: Path, fixtures: Path) -> Path:
         (into / f"{model}.converse-stream.eventstream.jsonl").symlink_to(
             EMULATOR_RECORDINGS / "bedrock.converse-stream.eventstream.jsonl"
         )
+    # Claude's own Messages answers on InvokeModel, for the Anthropic face: each stream event a
+    # chunk of base64-encoded bytes, as InvokeModelWithResponseStream frames them.
+    claude = "us.anthropic.claude-sonnet-4-20250514-v1_0"
+    (into / f"{claude}.invoke.json").symlink_to(fixtures / "anthropic.messages.json")
+    events = (fixtures / "anthropic.messages.stream.sse").read_bytes().split(b"\n\n")
+    chunks = [
+        orjson.dumps({"chunk": {"bytes": base64.b64encode(line[6:]).decode()}})
+        for event in events
+        for line in event.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+    (into / f"{claude}.invoke-with-response-stream.eventstream.jsonl").write_bytes(
+        b"\n".join(chunks) + b"\n"
+    )
     (into / f"{_file_name(TITAN)}.invoke.json").symlink_to(
         EMULATOR_RECORDINGS / "bedrock.invoke.json"
     )
@@ -280,8 +295,8 @@ def test_sdk_embeddings(proxy: str) -> None:
 
 
 def test_anthropic_face_reaches_claude_on_both_clouds(proxy: str, cloud: CloudServers) -> None:
-    """Translated to Converse on Bedrock; on Vertex AI, the client's own body as rawPredict
-    takes it (its version in the body, the model in the path)."""
+    """The client's own body, as each cloud takes it: InvokeModel on Bedrock, rawPredict on
+    Vertex AI (the version in the body, the model in the path); the answers as Anthropic's."""
     anthropic = pytest.importorskip("anthropic")
     sdk = anthropic.Anthropic(base_url=proxy.removesuffix("/v1"), api_key=TEAM_KEY, max_retries=0)
     with sdk:
@@ -294,6 +309,16 @@ def test_anthropic_face_reaches_claude_on_both_clouds(proxy: str, cloud: CloudSe
             with sdk.messages.stream(model=model, max_tokens=256, messages=HELLO) as events:
                 assert events.get_final_text(), model
     sent = cloud.servers.loop.call(lambda: upstream_requests(cloud.servers))
+    invoked = [r for r in sent if r["path"].endswith("/invoke")]
+    assert invoked[-1]["json"] == {
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 256,
+        "messages": HELLO,
+        "metadata": {"user_id": "u-1"},
+    }
+    assert invoked[-1]["raw_path"].endswith("v1%3A0/invoke")
+    streamed = [r for r in sent if r["path"].endswith("/invoke-with-response-stream")]
+    assert "stream" not in streamed[-1]["json"] and "model" not in streamed[-1]["json"]
     raw = [r for r in sent if r["path"].endswith("claude-sonnet-4@20250514:rawPredict")]
     assert raw[-1]["json"] == {
         "anthropic_version": "vertex-2023-10-16",

@@ -19,11 +19,11 @@ from typing import Any, Final
 import orjson
 
 from proxy.core.errors import UpstreamProtocolError
-from proxy.normalize.dialects import bedrock_embed
+from proxy.normalize.dialects import bedrock_embed, bedrock_invoke
 from proxy.normalize.dialects.anthropic import openai_usage
 from proxy.normalize.dialects.bedrock_errors import STREAM_EXCEPTIONS, stream_error
 from proxy.normalize.dialects.bedrock_request import build_request
-from proxy.normalize.dialects.dialect import Dialect, EventAdapter
+from proxy.normalize.dialects.dialect import Dialect, EventAdapter, MessagesThrough
 from proxy.normalize.fields import RequestContext
 
 # stopReason -> finish_reason; "tool_use" depends on whether a call was given.
@@ -205,4 +205,11 @@ DIALECT: Final = Dialect(
     # Inference profiles and ARNs have ":" and "/": escaped, as botocore escapes the modelId.
     model_safe="",
     aws_errors=True,
+    messages=MessagesThrough(
+        "/model/{model}/invoke",
+        "/model/{model}/invoke-with-response-stream",
+        bedrock_invoke.takes,
+        bedrock_invoke.invoke_body,
+        bedrock_invoke.InvokeChunks,
+    ),
 )

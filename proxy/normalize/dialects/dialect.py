@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from proxy.core.config import THINKING_BUDGETS
+from proxy.core.framing import Decoder
 from proxy.core.request import ClientRequest, Endpoint
 from proxy.normalize.fields import RequestContext
 
@@ -39,6 +40,17 @@ class RequestOptions:
 # The body (as a dict, the caller encodes it) for the upstream; raises InvalidRequest for what
 # the upstream cannot do.
 RequestBuilder = Callable[[ClientRequest, RequestOptions], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesThrough:
+    """A dialect's paths for Messages calls passed through, and what differs on them."""
+
+    path: str  # after the base URL, ``{model}`` the upstream model
+    stream_path: str
+    takes: Callable[[str], bool]  # which upstream models speak Messages there
+    body: Callable[[dict[str, Any]], dict[str, Any]]  # the client's body as the path takes it
+    decoder: Callable[[Decoder], Decoder]  # its stream's events made Anthropic's
 
 
 def bearer(api_key: str) -> dict[str, str]:
@@ -72,6 +84,9 @@ class Dialect:
     model_safe: str = ":@"
     # Its errors are AWS's: typed by the x-amzn-ErrorType header or the body's __type.
     aws_errors: bool = False
+    # Where it takes Anthropic's Messages API as it came (the Anthropic face), at paths of its
+    # own (Bedrock's InvokeModel for Claude); None: nowhere but ``anthropic``'s own dialects.
+    messages: MessagesThrough | None = None
 
 
 def text_choice(index: object, text: object, ctx: RequestContext) -> dict[str, Any]:
