@@ -163,9 +163,8 @@ def target_for(
 
         spoken = [model for model, its in models.items() if its == name]
         messages = dialect.messages
-        for model in spoken if messages is not None else ():
-            assert messages is not None
-            if messages.takes(model):
+        if messages is not None:
+            for model in filter(messages.takes, spoken):
                 through[model] = Destination(
                     url(messages.path, model),
                     headers,

@@ -8,7 +8,12 @@ from typing import Any, Final
 
 import orjson
 
-from proxy.normalize.dialects.native_messages import role_error
+from proxy.normalize.dialects.native_messages import (
+    content_parts,
+    data_url,
+    part_text,
+    role_error,
+)
 from proxy.normalize.dialects.native_request import invalid, unsupported, wrong_type
 
 API: Final = "Anthropic's Messages API"
@@ -72,16 +77,9 @@ def _parts(content: object, where: str, kinds: tuple[str, ...]) -> list[Block]:
     if not isinstance(content, list):
         raise wrong_type(f"{where}.content", "a string or an array of content parts")
     blocks: list[Block] = []
-    for j, part in enumerate(content):
-        at = f"{where}.content[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in kinds:
-            raise unsupported(f"{at}.type", API, f"it takes no {kind!r} part here")
-        assert isinstance(part, dict)
+    for _, at, kind, part in content_parts(content, where, kinds, API):
         if kind in ("text", "refusal"):
-            text = part.get(kind)
-            if not isinstance(text, str):
-                raise wrong_type(f"{at}.{kind}", "a string")
+            text = part_text(part, kind, at)
             if not text:
                 continue  # Anthropic refuses empty text blocks
             block: Block = {"type": "text", "text": text}
@@ -95,22 +93,13 @@ def _parts(content: object, where: str, kinds: tuple[str, ...]) -> list[Block]:
     return blocks
 
 
-def _data_url(url: str, param: str) -> tuple[str, str]:
-    """(media type, base64 data) of a ``data:<media type>;base64,<data>`` URL."""
-    header, comma, data = url[len("data:") :].partition(",")
-    media_type, *attributes = header.split(";")
-    if not comma or "base64" not in attributes or not media_type:
-        raise invalid(param, "a data URL must be data:<media type>;base64,<data>")
-    return media_type, data
-
-
 def _image(image: object, at: str) -> Block:
     url = image.get("url") if isinstance(image, dict) else image
     param = f"{at}.image_url.url"
     if not isinstance(url, str):
         raise wrong_type(param, "a string")
     if url.startswith("data:"):
-        media_type, data = _data_url(url, param)
+        media_type, data = data_url(url, param)
         return {
             "type": "image",
             "source": {"type": "base64", "media_type": media_type, "data": data},
@@ -121,11 +110,11 @@ def _image(image: object, at: str) -> Block:
 
 
 def _document(file: object, at: str) -> Block:
-    data_url = file.get("file_data") if isinstance(file, dict) else None
+    given = file.get("file_data") if isinstance(file, dict) else None
     param = f"{at}.file.file_data"
-    if not isinstance(data_url, str) or not data_url.startswith("data:"):
+    if not isinstance(given, str) or not given.startswith("data:"):
         raise unsupported(param, API, "it takes a file's own data (a base64 data URL) only")
-    media_type, data = _data_url(data_url, param)
+    media_type, data = data_url(given, param)
     if media_type != "application/pdf":
         raise invalid(param, "Anthropic takes PDF files only")
     return {

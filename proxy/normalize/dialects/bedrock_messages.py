@@ -17,6 +17,9 @@ import orjson
 from proxy.normalize.dialects.native_messages import (
     assistant_content,
     called_function,
+    content_parts,
+    data_url,
+    part_text,
     role_error,
     tool_call_id,
     tool_calls,
@@ -105,16 +108,9 @@ def _parts(content: object, where: str, kinds: tuple[str, ...]) -> list[Block]:
     if not isinstance(content, list):
         raise wrong_type(f"{where}.content", "a string or an array of content parts")
     blocks: list[Block] = []
-    for j, part in enumerate(content):
-        at = f"{where}.content[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in kinds:
-            raise unsupported(f"{at}.type", API, f"it takes no {kind!r} part here")
-        assert isinstance(part, dict)
+    for j, at, kind, part in content_parts(content, where, kinds, API):
         if kind in ("text", "refusal"):
-            text = part.get(kind)
-            if not isinstance(text, str):
-                raise wrong_type(f"{at}.{kind}", "a string")
+            text = part_text(part, kind, at)
             if text.strip():  # Converse refuses blank text
                 blocks.append({"text": text})
         elif kind == "image_url":
@@ -171,12 +167,9 @@ def _tool_result(message: dict[str, Any], where: str) -> Block:
 # -- media ------------------------------------------------------------------------------------
 
 
-def _data_url(url: str, param: str) -> tuple[str, str]:
-    """(media type, base64 data) of a ``data:<media type>;base64,<data>`` URL."""
-    header, comma, data = url[len("data:") :].partition(",")
-    media_type, *attributes = header.split(";")
-    if not comma or "base64" not in attributes or not media_type:
-        raise invalid(param, "a data URL must be data:<media type>;base64,<data>")
+def _normalized(found: tuple[str, str]) -> tuple[str, str]:
+    # Converse names formats by a lower-case word, and refuses padding around the data.
+    media_type, data = found
     return media_type.strip().lower(), data.strip()
 
 
@@ -187,7 +180,7 @@ def _image(image: object, param: str) -> Block:
     if not url.startswith("data:"):
         # Converse takes an image's bytes (or an S3 location), and fetches no URL.
         raise unsupported(f"{param}.url", API, "it takes images as base64 data: URLs only")
-    media_type, data = _data_url(url, f"{param}.url")
+    media_type, data = _normalized(data_url(url, f"{param}.url"))
     form = _IMAGE_FORMATS.get(media_type)
     if form is None:
         raise invalid(f"{param}.url", f"{media_type!r} is not an image type Converse takes")
@@ -205,7 +198,7 @@ def _document(file: object, param: str, position: int) -> Block:
     filename = file.get("filename")
     stem, _, extension = filename.rpartition(".") if isinstance(filename, str) else ("", "", "")
     if data.startswith("data:"):
-        media_type, data = _data_url(data, f"{param}.file_data")
+        media_type, data = _normalized(data_url(data, f"{param}.file_data"))
         form = _DOCUMENT_FORMATS.get(media_type)
     else:  # bare base64: its type is its name's
         form = extension.lower() if extension.lower() in _EXTENSIONS else None

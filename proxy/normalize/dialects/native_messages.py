@@ -4,7 +4,7 @@ checks and the refusals are the same for every native API, whatever it makes of 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from proxy.core.errors import InvalidRequest
@@ -151,3 +151,34 @@ def _only(functions: list[dict[str, Any]], names: list[object], param: str) -> l
             raise invalid(param, f"{name!r} is not one of the request's tools")
         chosen.append(by_name[name])
     return chosen
+
+
+def data_url(url: str, param: str) -> tuple[str, str]:
+    """(media type, base64 data) of a ``data:<media type>;base64,<data>`` URL, as given."""
+    header, comma, data = url[len("data:") :].partition(",")
+    media_type, *attributes = header.split(";")
+    if not comma or "base64" not in attributes or not media_type:
+        raise invalid(param, "a data URL must be data:<media type>;base64,<data>")
+    return media_type, data
+
+
+def content_parts(
+    content: list[Any], where: str, kinds: tuple[str, ...], api: str
+) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
+    """A message's content parts, each (position, its path, its type, the part), refusing a
+    type ``api`` takes nowhere in ``kinds``."""
+    for j, part in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in kinds:
+            raise unsupported(f"{at}.type", api, f"it takes no {kind!r} part here")
+        assert isinstance(part, dict) and isinstance(kind, str)
+        yield j, at, kind, part
+
+
+def part_text(part: Mapping[str, Any], kind: str, at: str) -> str:
+    """A text or refusal part's text."""
+    text = part.get(kind)
+    if not isinstance(text, str):
+        raise wrong_type(f"{at}.{kind}", "a string")
+    return text
